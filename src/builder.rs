@@ -1,0 +1,291 @@
+//! `Redlock::builder()`: nodes, timing settings and their defaults.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::lock::Redlock;
+use crate::node::Node;
+
+/// Default lock ttl for callers that have no better figure (the CLI, examples).
+///
+/// Long enough that a renewal or two can fail without losing the lock, short
+/// enough that a crashed holder blocks others for half a minute at most.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Default time each node has to answer one request.
+///
+/// Small next to the ttl (0.3 % of [`DEFAULT_TTL`]) so that a dead or paused
+/// node costs an acquisition little validity, as the Redlock description asks
+/// (5-50 ms for a 10 s ttl on a LAN); large enough for a cross-zone round trip
+/// on a busy host. Raise it for nodes far away.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Default time to establish a connection to a node (TCP, TLS, AUTH).
+///
+/// Larger than the per-node timeout because a handshake costs several round
+/// trips; a request waiting for it is still cut at the per-node timeout, and
+/// the next request picks up the connection once it is ready.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Default clock drift allowance as a fraction of the ttl (1 %).
+///
+/// Nodes expire keys on their own clocks. The reference Redlock implementation
+/// assumes they may run up to 1 % fast relative to ours.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// Default fixed part of the drift allowance (2 ms).
+///
+/// Redis expires keys with millisecond resolution, and expiry checks are not
+/// instantaneous; the reference implementation adds 2 ms for that.
+pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+/// Default mean delay between two attempts of [`Redlock::lock`].
+///
+/// Randomised between half and one and a half times this value so that
+/// clients that collided do not collide again in lock step.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// Default time [`Redlock::lock`] keeps trying before it gives up.
+///
+/// Enough to ride out a short critical section of another holder and a node
+/// restart; short enough that a stuck holder surfaces as an error.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// Default minimum validity an acquisition must leave (any positive time).
+pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
+
+/// Settings shared by a client and all its guards.
+#[derive(Debug)]
+pub(crate) struct Config {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) node_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_fixed: Duration,
+    pub(crate) retry_delay: Duration,
+    pub(crate) wait: Duration,
+    pub(crate) max_attempts: Option<u32>,
+    pub(crate) min_validity: Duration,
+}
+
+/// One node as given to the builder, parsed in [`RedlockBuilder::build`].
+#[derive(Debug)]
+enum NodeSpec {
+    Url(String),
+    Client(redis::Client),
+}
+
+/// Builds a [`Redlock`] client. Created by [`Redlock::builder`].
+///
+/// Every setting has a default (the `DEFAULT_*` constants); only the nodes are
+/// required. Nothing connects until the first lock request.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::Redlock;
+///
+/// let redlock = Redlock::builder()
+///     .nodes(["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"])
+///     .node_timeout(Duration::from_millis(50))
+///     .build()
+///     .unwrap();
+/// assert_eq!(redlock.quorum(), 2);
+/// ```
+#[derive(Debug)]
+#[must_use]
+pub struct RedlockBuilder {
+    nodes: Vec<NodeSpec>,
+    node_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    drift_fixed: Duration,
+    retry_delay: Duration,
+    wait: Duration,
+    max_attempts: Option<u32>,
+    min_validity: Duration,
+}
+
+impl Default for RedlockBuilder {
+    fn default() -> Self {
+        RedlockBuilder {
+            nodes: Vec::new(),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            drift_fixed: DEFAULT_DRIFT_FIXED,
+            retry_delay: DEFAULT_RETRY_DELAY,
+            wait: DEFAULT_WAIT,
+            max_attempts: None,
+            min_validity: DEFAULT_MIN_VALIDITY,
+        }
+    }
+}
+
+impl RedlockBuilder {
+    /// Adds a node by URL: `redis://[user][:password@]host[:port][/db]`,
+    /// `rediss://` (feature `tls`) or `unix:///path`. Each node must be an
+    /// independent master: replicas of one another do not add safety.
+    pub fn node(mut self, url: impl Into<String>) -> Self {
+        self.nodes.push(NodeSpec::Url(url.into()));
+        self
+    }
+
+    /// Adds several nodes by URL (see [`RedlockBuilder::node`]).
+    pub fn nodes<I>(mut self, urls: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.nodes.extend(urls.into_iter().map(|u| NodeSpec::Url(u.into())));
+        self
+    }
+
+    /// Adds a node from a ready-made client (custom TLS, credentials, ...).
+    pub fn client(mut self, client: redis::Client) -> Self {
+        self.nodes.push(NodeSpec::Client(client));
+        self
+    }
+
+    /// Time each node has to answer one request. The default is
+    /// [`DEFAULT_NODE_TIMEOUT`]. Must be shorter than every ttl you use.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// Time to establish a connection to a node. The default is
+    /// [`DEFAULT_CONNECT_TIMEOUT`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Clock drift allowance `ttl * factor + fixed`, subtracted from every
+    /// validity. The defaults are [`DEFAULT_DRIFT_FACTOR`] and
+    /// [`DEFAULT_DRIFT_FIXED`]. `factor` must be in `[0, 1)`.
+    pub fn drift(mut self, factor: f64, fixed: Duration) -> Self {
+        self.drift_factor = factor;
+        self.drift_fixed = fixed;
+        self
+    }
+
+    /// Mean delay between attempts of [`Redlock::lock`], randomised by ±50 %.
+    /// The default is [`DEFAULT_RETRY_DELAY`].
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.retry_delay = delay;
+        self
+    }
+
+    /// How long [`Redlock::lock`] keeps trying. The default is [`DEFAULT_WAIT`].
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// Stop [`Redlock::lock`] after this many attempts even if the wait has
+    /// not run out. The default is no limit besides the wait.
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = Some(attempts);
+        self
+    }
+
+    /// Treat an acquisition that leaves less validity than this as failed
+    /// ([`Error::ValidityUsedUp`]), for critical sections that need a known
+    /// amount of time. The default is [`DEFAULT_MIN_VALIDITY`].
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.min_validity = min;
+        self
+    }
+
+    /// Checks the settings and creates the client. Does not connect.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty node list, a URL that does not parse,
+    /// a zero node timeout, a drift factor outside `[0, 1)` or zero attempts.
+    /// An even number of nodes is allowed but logged as a warning: it needs
+    /// as large a majority as one node more would, and tolerates no more
+    /// failures.
+    pub fn build(self) -> Result<Redlock> {
+        if self.nodes.is_empty() {
+            return Err(Error::Config("no nodes given".into()));
+        }
+        if self.node_timeout.is_zero() {
+            return Err(Error::Config("node timeout must be greater than zero".into()));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(Error::Config("connect timeout must be greater than zero".into()));
+        }
+        if !(0.0..1.0).contains(&self.drift_factor) {
+            return Err(Error::Config(format!(
+                "drift factor must be in [0, 1), got {}",
+                self.drift_factor
+            )));
+        }
+        if self.max_attempts == Some(0) {
+            return Err(Error::Config("max attempts must be at least 1".into()));
+        }
+        let nodes = self
+            .nodes
+            .into_iter()
+            .map(|spec| {
+                let client = match spec {
+                    NodeSpec::Client(client) => client,
+                    NodeSpec::Url(url) => redis::Client::open(url.as_str())
+                        .map_err(|e| Error::Config(format!("bad node URL {}: {e}", redact(&url))))?,
+                };
+                if !client.get_connection_info().addr().is_supported() {
+                    return Err(Error::Config(format!(
+                        "node {} needs a transport this build lacks (rediss:// needs the `tls` feature)",
+                        client.get_connection_info().addr()
+                    )));
+                }
+                Ok(Node::new(client, self.connect_timeout))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if nodes.len() % 2 == 0 {
+            tracing::warn!(
+                nodes = nodes.len(),
+                "even number of nodes: tolerates no more failures than one node fewer"
+            );
+        }
+        Ok(Redlock::from_config(Arc::new(Config {
+            nodes,
+            node_timeout: self.node_timeout,
+            drift_factor: self.drift_factor,
+            drift_fixed: self.drift_fixed,
+            retry_delay: self.retry_delay,
+            wait: self.wait,
+            max_attempts: self.max_attempts,
+            min_validity: self.min_validity,
+        })))
+    }
+}
+
+/// A URL with any password replaced by `***`, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+    }
+}

@@ -1,0 +1,123 @@
+//! The one error type of the crate.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Everything that can go wrong when taking, extending or releasing a lock.
+///
+/// The variants separate what a caller handles differently: contention
+/// ([`Error::Held`]: wait or give up), outage ([`Error::Unreachable`]: alert,
+/// retry later), a lock that is no longer ours ([`Error::Lost`]: stop the
+/// critical section), not enough time left ([`Error::ValidityUsedUp`]) and a
+/// mistake in the settings ([`Error::Config`]: fix the code).
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Another owner holds the resource on so many nodes that a majority
+    /// cannot be reached.
+    #[error("resource is held by another owner ({refused} of {nodes} nodes refused)")]
+    Held {
+        /// Nodes that answered "held by someone else".
+        refused: usize,
+        /// Nodes configured.
+        nodes: usize,
+    },
+    /// Too many nodes failed or timed out to confirm a majority.
+    #[error(
+        "quorum unreachable: {succeeded} of {nodes} nodes succeeded, {quorum} needed ({refused} refused, {} failed){}",
+        errors.len(),
+        NodeErrors(errors)
+    )]
+    Unreachable {
+        /// Nodes that confirmed the operation.
+        succeeded: usize,
+        /// Nodes that answered but refused (the key belongs to another owner).
+        refused: usize,
+        /// Nodes needed for a majority.
+        quorum: usize,
+        /// Nodes configured.
+        nodes: usize,
+        /// What went wrong on each failing node.
+        errors: Vec<NodeError>,
+    },
+    /// A majority was reached, but it took so long that no validity was left
+    /// (or less than the configured minimum). The keys were released.
+    #[error(
+        "validity used up: the operation took {elapsed:?} of the {ttl:?} ttl, leaving less than the minimum validity {min:?} after the drift allowance"
+    )]
+    ValidityUsedUp {
+        /// Time the operation took, measured on the monotonic clock.
+        elapsed: Duration,
+        /// The ttl that was asked for.
+        ttl: Duration,
+        /// The minimum validity the caller required.
+        min: Duration,
+    },
+    /// The lock is no longer ours on a majority of nodes (its keys expired or
+    /// belong to another owner), or its validity ran out.
+    #[error("lock lost: only {confirmed} of {nodes} nodes still confirm our token, {quorum} needed")]
+    Lost {
+        /// Nodes that still confirmed our token.
+        confirmed: usize,
+        /// Nodes needed for a majority.
+        quorum: usize,
+        /// Nodes configured.
+        nodes: usize,
+    },
+    /// Invalid settings or input: fix the call, retrying will not help.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// What went wrong on one node.
+#[derive(Debug, Clone)]
+pub struct NodeError {
+    /// The node's address (`host:port/db`, never the password).
+    pub node: String,
+    /// The failure.
+    pub kind: NodeErrorKind,
+}
+
+/// The failure behind a [`NodeError`].
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NodeErrorKind {
+    /// No reply within the per-node timeout.
+    Timeout(Duration),
+    /// The connection or the server reported an error.
+    Redis(redis::RedisError),
+}
+
+impl fmt::Display for NodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            NodeErrorKind::Timeout(t) => write!(f, "{}: no reply within {t:?}", self.node),
+            NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
+        }
+    }
+}
+
+impl std::error::Error for NodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            NodeErrorKind::Timeout(_) => None,
+            NodeErrorKind::Redis(e) => Some(e),
+        }
+    }
+}
+
+/// Formats per-node errors as `: a: ..; b: ..` (nothing when empty).
+struct NodeErrors<'a>(&'a [NodeError]);
+
+impl fmt::Display for NodeErrors<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            f.write_str(if i == 0 { ": " } else { "; " })?;
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Shorthand for results of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

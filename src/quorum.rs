@@ -1,0 +1,181 @@
+//! Concurrent fan-out to all nodes, majority counting, early exit and the
+//! validity arithmetic. Acquire, extend and release all go through
+//! [`fan_out`], so the quorum rules live in one place.
+
+use std::future::Future;
+use std::time::Duration;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+use redis::RedisResult;
+use tokio::time::Instant;
+
+use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::node::Node;
+
+/// Majority of all configured nodes: `n / 2 + 1`.
+///
+/// Counted over every configured node, not over the ones that answered:
+/// two majorities of the same `n` always share a node, which is what keeps
+/// two owners from both holding a lock.
+pub(crate) fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// When [`fan_out`] may stop waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Until {
+    /// As soon as the outcome is certain: a majority succeeded, or so many
+    /// refused or failed that a majority can no longer be reached. The
+    /// requests still in flight are not cancelled on the server.
+    Decided,
+    /// Every node answered or timed out (release: tell every node).
+    All,
+}
+
+/// The per-node outcomes of one fan-out.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// Nodes that confirmed the operation.
+    pub(crate) ok: usize,
+    /// Nodes that answered "no" (the key is someone else's, or gone).
+    pub(crate) refused: usize,
+    /// Nodes that failed or timed out.
+    pub(crate) errors: Vec<NodeError>,
+    /// Nodes configured.
+    pub(crate) nodes: usize,
+}
+
+impl Tally {
+    pub(crate) fn quorum(&self) -> usize {
+        quorum(self.nodes)
+    }
+
+    pub(crate) fn reached(&self) -> bool {
+        self.ok >= self.quorum()
+    }
+
+    /// Refusals alone rule out a majority: the resource belongs to someone
+    /// else (acquire) or is no longer ours (extend), whatever the failing
+    /// nodes would have said.
+    pub(crate) fn refused_by_majority(&self) -> bool {
+        self.refused > self.nodes - self.quorum()
+    }
+
+    fn decided(&self) -> bool {
+        self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
+    }
+
+    /// The error for a fan-out that did not reach a majority because nodes
+    /// failed.
+    pub(crate) fn unreachable(self) -> Error {
+        Error::Unreachable {
+            succeeded: self.ok,
+            refused: self.refused,
+            quorum: self.quorum(),
+            nodes: self.nodes,
+            errors: self.errors,
+        }
+    }
+}
+
+/// Sends `op` to every node at once and counts the replies.
+///
+/// Each node has until `deadline` to answer; a node that has not answered by
+/// then counts as failed with a [`NodeErrorKind::Timeout`]. The caller derives
+/// the deadline from the per-node timeout (and, for extend, the current
+/// validity), so one hung node can never hold the caller past it.
+pub(crate) async fn fan_out<'a, F, Fut>(nodes: &'a [Node], deadline: Instant, until: Until, op: F) -> Tally
+where
+    F: Fn(&'a Node) -> Fut,
+    Fut: Future<Output = RedisResult<bool>> + 'a,
+{
+    let budget = deadline.saturating_duration_since(Instant::now());
+    let mut pending: FuturesUnordered<_> = nodes
+        .iter()
+        .map(|node| {
+            let request = op(node);
+            async move { (node, tokio::time::timeout_at(deadline, request).await) }
+        })
+        .collect();
+    let mut tally = Tally {
+        nodes: nodes.len(),
+        ..Tally::default()
+    };
+    while let Some((node, outcome)) = pending.next().await {
+        let kind = match outcome {
+            Ok(Ok(true)) => {
+                tally.ok += 1;
+                None
+            }
+            Ok(Ok(false)) => {
+                tally.refused += 1;
+                None
+            }
+            Ok(Err(e)) => Some(NodeErrorKind::Redis(e)),
+            Err(_elapsed) => Some(NodeErrorKind::Timeout(budget)),
+        };
+        if let Some(kind) = kind {
+            tracing::debug!(node = node.name(), error = ?kind, "node failed");
+            tally.errors.push(NodeError {
+                node: node.name().to_owned(),
+                kind,
+            });
+        }
+        if until == Until::Decided && tally.decided() {
+            break;
+        }
+    }
+    tally
+}
+
+/// The clock drift allowance for a ttl: `ttl * factor + fixed`.
+///
+/// Nodes expire keys by their own clocks, which may run faster than ours;
+/// the reference Redlock implementation allows 1 % of the ttl plus 2 ms for
+/// the granularity of Redis expiry. See [`crate::DEFAULT_DRIFT_FACTOR`].
+pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
+    ttl.mul_f64(factor) + fixed
+}
+
+/// `ttl - elapsed - drift`, or `None` when nothing is left.
+///
+/// `elapsed` is measured on the monotonic clock from before the first request
+/// was sent, so it covers the slowest node we counted and all scheduling.
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|v| !v.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_is_a_strict_majority_of_all_nodes() {
+        assert_eq!(
+            (1..=7).map(quorum).collect::<Vec<_>>(),
+            vec![1, 2, 2, 3, 3, 4, 4]
+        );
+        for n in 1..=50 {
+            // Two quorums always intersect.
+            assert!(2 * quorum(n) > n);
+        }
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms_by_default() {
+        let d = drift(
+            Duration::from_secs(30),
+            crate::DEFAULT_DRIFT_FACTOR,
+            crate::DEFAULT_DRIFT_FIXED,
+        );
+        assert_eq!(d, Duration::from_millis(302));
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift_and_never_goes_negative() {
+        let ms = Duration::from_millis;
+        assert_eq!(validity(ms(1000), ms(100), ms(12)), Some(ms(888)));
+        assert_eq!(validity(ms(1000), ms(988), ms(12)), None);
+        assert_eq!(validity(ms(1000), ms(2000), ms(12)), None);
+    }
+}

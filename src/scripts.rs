@@ -1,0 +1,70 @@
+//! The Lua scripts. Each runs atomically on one node (Redis executes a script
+//! without interleaving other commands), which is what makes the owner check
+//! and the action that follows it one indivisible step.
+//!
+//! They are sent with `EVAL`, not `EVALSHA` with a reload on `NOSCRIPT`
+//! (`redis::Script`): that reload is a second and third command sent only if
+//! the caller keeps polling. The quorum layer stops polling a node once the
+//! outcome is certain or its timeout passed, so on a node that had just
+//! restarted (empty script cache) an extend or release would silently never
+//! run, and a release could even overtake the acquire it was meant to undo.
+//! One `EVAL` is one command: once sent it runs, in order with the others on
+//! the connection. Redis caches the compiled script by its SHA1 either way;
+//! the cost is a few hundred bytes per call.
+
+use redis::Cmd;
+
+/// An `EVAL` of `script` over `keys`; append the `ARGV` values with `arg`.
+pub(crate) fn eval(script: &str, keys: &[String]) -> Cmd {
+    let mut cmd = redis::cmd("EVAL");
+    cmd.arg(script).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Sets every key to the token with a ttl, or none of them when any key exists.
+///
+/// Atomic so that a multi-resource lock is all-or-nothing on each node: two
+/// clients locking `[a, b]` and `[b, c]` can never each hold half. A
+/// single-resource lock uses a plain `SET NX PX` instead (same effect, cheaper).
+/// KEYS: resources; ARGV: token, ttl in ms. Returns 1 when set, 0 when held.
+pub(crate) const ACQUIRE: &str = r"
+for _, key in ipairs(KEYS) do
+  if redis.call('EXISTS', key) == 1 then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+end
+return 1
+";
+
+/// Deletes each key that still holds our token.
+///
+/// Atomic so that no other owner can take the key between our `GET` and our
+/// `DEL`: a blind `DEL` from a holder whose lock expired would free someone
+/// else's lock. KEYS: resources; ARGV: token. Returns how many keys it deleted.
+pub(crate) const RELEASE: &str = r"
+local n = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    redis.call('DEL', key)
+    n = n + 1
+  end
+end
+return n
+";
+
+/// Resets the ttl of every key, only when all of them still hold our token.
+///
+/// Atomic for the same reason as [`RELEASE`]: a blind `PEXPIRE` would extend
+/// another owner's lock. It never deletes: a failed extend leaves the lock to
+/// its remaining validity. KEYS: resources; ARGV: token, ttl in ms. Returns 1
+/// when extended, 0 when any key is missing or belongs to another owner.
+pub(crate) const EXTEND: &str = r"
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[1] then return 0 end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('PEXPIRE', key, ARGV[2])
+end
+return 1
+";

@@ -1,0 +1,75 @@
+//! Shared test harness: real `redis-server` processes and small helpers.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+pub mod server;
+
+use std::time::Duration;
+
+use quorumlock::{Redlock, RedlockBuilder};
+#[allow(unused_imports)]
+pub use server::{Persistence, RedisServer, start_nodes, urls};
+
+/// A builder over `servers` with a per-node timeout generous enough for a
+/// loaded CI machine running many tests at once (tests about timeouts set
+/// their own).
+pub fn builder(servers: &[RedisServer]) -> RedlockBuilder {
+    Redlock::builder()
+        .nodes(urls(servers))
+        .node_timeout(Duration::from_millis(500))
+}
+
+/// A client over `servers` with the test defaults of [`builder`].
+pub fn client(servers: &[RedisServer]) -> Redlock {
+    builder(servers).build().expect("valid test config")
+}
+
+/// Sends a command to `server` and returns its integer reply.
+pub fn int(server: &RedisServer, args: &[&str]) -> i64 {
+    let reply = server.command(args).expect("command");
+    reply
+        .strip_prefix(':')
+        .and_then(|r| r.trim_end().parse().ok())
+        .unwrap_or_else(|| panic!("{args:?}: expected an integer reply, got {reply:?}"))
+}
+
+/// The number of keys on `server`.
+pub fn dbsize(server: &RedisServer) -> i64 {
+    int(server, &["DBSIZE"])
+}
+
+/// The string value of `key` on `server`, if any.
+pub fn get(server: &RedisServer, key: &str) -> Option<String> {
+    let reply = server.command(&["GET", key]).expect("GET");
+    if reply.starts_with("$-1") {
+        return None;
+    }
+    let mut lines = reply.split("\r\n");
+    assert!(lines.next().is_some_and(|l| l.starts_with('$')), "GET {key}: {reply:?}");
+    lines.next().map(str::to_owned)
+}
+
+/// Remaining ttl of `key` on `server` in milliseconds (-2 when missing).
+pub fn pttl(server: &RedisServer, key: &str) -> i64 {
+    int(server, &["PTTL", key])
+}
+
+/// Sets `key` to `value` for `ttl_ms` on `server` (another owner's lock).
+pub fn set_foreign(server: &RedisServer, key: &str, value: &str, ttl_ms: u64) {
+    let reply = server
+        .command(&["SET", key, value, "PX", &ttl_ms.to_string()])
+        .expect("SET");
+    assert!(reply.starts_with("+OK"), "SET {key}: {reply:?}");
+}
+
+/// How many times `server` executed `command` (from INFO commandstats).
+pub fn calls(server: &RedisServer, command: &str) -> u64 {
+    let reply = server.command(&["INFO", "commandstats"]).expect("INFO");
+    let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}

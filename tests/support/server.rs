@@ -1,0 +1,288 @@
+//! Local `redis-server` processes for tests and for `quorumlock demo`.
+//!
+//! Each server listens on a free loopback port, lives in its own temporary
+//! directory (a node started with `--save ""` still loads a `dump.rdb` left
+//! in its dir), and is killed and reaped when dropped. Only the standard
+//! library is used, so the demo binary can include this file as it is.
+
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::io::{self, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a server may take to answer PING after it was spawned.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many fresh ports to try when another process takes ours between
+/// finding it free and the server binding it.
+const PORT_ATTEMPTS: usize = 5;
+
+/// What to tell a user whose machine has no `redis-server`.
+pub const INSTALL_HINT: &str = "redis-server was not found on PATH; install it with \
+     `sudo apt-get install -y redis-server` (Debian/Ubuntu), `sudo dnf install redis` (Fedora) \
+     or `brew install redis` (macOS)";
+
+/// How a server keeps its data across a crash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Persistence {
+    /// Nothing survives a restart (`--save "" --appendonly no`).
+    None,
+    /// Every write is fsynced to the AOF before the reply
+    /// (`--appendonly yes --appendfsync always`): keys and their absolute
+    /// expiry survive a SIGKILL.
+    AofAlways,
+}
+
+/// One `redis-server` child process on 127.0.0.1.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    dir: PathBuf,
+    persistence: Persistence,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    /// Starts a server without persistence, panicking with a clear message
+    /// (and the server log) when it cannot.
+    pub fn start() -> RedisServer {
+        Self::start_with(Persistence::None, &[])
+    }
+
+    /// Starts a server with the given persistence and extra arguments
+    /// (`["--maxmemory", "1mb"]`), panicking when it cannot.
+    pub fn start_with(persistence: Persistence, extra_args: &[&str]) -> RedisServer {
+        Self::try_start(persistence, extra_args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a server, or explains why it could not.
+    pub fn try_start(persistence: Persistence, extra_args: &[&str]) -> io::Result<RedisServer> {
+        let mut last_error = None;
+        for _ in 0..PORT_ATTEMPTS {
+            let mut server = RedisServer {
+                port: free_port()?,
+                dir: fresh_dir()?,
+                persistence,
+                extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return Ok(server),
+                // Someone took the port in the meantime: try another one.
+                Err(e) if server.log().contains("Address already in use") => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| io::Error::other("no free port")))
+    }
+
+    /// The port the server listens on (kept across restarts).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The process id, while the server runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The server's directory (log, AOF, RDB).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Whether the process has been started and not killed.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The server log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL and reap the process (a crash: nothing is flushed). Idempotent.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // A SIGSTOPped process dies on SIGKILL too.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the server if it runs and starts it again on the same port and
+    /// directory (with AOF persistence its keys come back).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Freezes the process with SIGSTOP until the returned guard is dropped
+    /// (SIGCONT). While frozen, connects succeed but replies hang.
+    pub fn pause(&self) -> Paused {
+        let pid = self.pid().expect("pause: server is not running");
+        signal(pid, "STOP");
+        Paused { pid }
+    }
+
+    /// Sends one command over a fresh connection and returns the raw reply
+    /// (RESP), e.g. `server.command(&["DBSIZE"])` gives `":0\r\n"`.
+    pub fn command(&self, args: &[&str]) -> io::Result<String> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))?;
+        stream.set_read_timeout(Some(STARTUP_TIMEOUT))?;
+        let mut request = format!("*{}\r\n", args.len());
+        for arg in args {
+            request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+        }
+        stream.write_all(request.as_bytes())?;
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Replies used here are small; read until a complete line arrived.
+        loop {
+            let n = stream.read(&mut buf)?;
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buf[..n]);
+            if resp_complete(&reply) {
+                break;
+            }
+        }
+        Ok(String::from_utf8_lossy(&reply).into_owned())
+    }
+
+    fn spawn(&mut self) -> io::Result<()> {
+        let mut cmd = Command::new("redis-server");
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--protected-mode", "no"])
+            .args(["--enable-debug-command", "local", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(["--logfile", "redis.log"]);
+        match self.persistence {
+            Persistence::None => cmd.args(["--appendonly", "no"]),
+            Persistence::AofAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
+        };
+        cmd.args(&self.extra_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, INSTALL_HINT),
+            _ => e,
+        })?;
+        self.child = Some(child);
+        let started = Instant::now();
+        loop {
+            if let Ok(reply) = self.command(&["PING"])
+                && reply.starts_with("+PONG")
+            {
+                return Ok(());
+            }
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
+                self.kill();
+                return Err(io::Error::other(format!(
+                    "redis-server on port {} did not start ({}); log:\n{}",
+                    self.port,
+                    exited.map_or("no PONG in time".to_string(), |s| s.to_string()),
+                    self.log()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A frozen server; dropping it sends SIGCONT (also when a test panics).
+#[derive(Debug)]
+pub struct Paused {
+    pid: u32,
+}
+
+impl Paused {
+    /// Resumes the server now.
+    pub fn resume(self) {}
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        signal(self.pid, "CONT");
+    }
+}
+
+/// `n` servers without persistence.
+pub fn start_nodes(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| RedisServer::start()).collect()
+}
+
+/// The URLs of `servers`.
+pub fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill(1)");
+    assert!(status.success(), "kill -{name} {pid} failed");
+}
+
+/// A port that was free a moment ago (the OS picks it when binding port 0).
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
+}
+
+/// A new empty directory under the system temp dir, unique in this process
+/// and across processes.
+fn fresh_dir() -> io::Result<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let dir = std::env::temp_dir().join(format!(
+        "quorumlock-redis-{}-{}-{nanos}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Whether `reply` holds one complete RESP value of the simple kinds used
+/// here (status, error, integer, bulk string).
+fn resp_complete(reply: &[u8]) -> bool {
+    let Some(line_end) = reply.windows(2).position(|w| w == b"\r\n") else {
+        return false;
+    };
+    match reply.first() {
+        Some(b'$') => {
+            let len: i64 = std::str::from_utf8(&reply[1..line_end])
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0);
+            len < 0 || reply.len() >= line_end + 2 + len as usize + 2
+        }
+        _ => true,
+    }
+}
