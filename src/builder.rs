@@ -58,7 +58,7 @@ pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
 /// Settings shared by a client and all its guards.
 #[derive(Debug)]
 pub(crate) struct Config {
-    pub(crate) nodes: Vec<Node>,
+    pub(crate) nodes: Arc<[Node]>,
     pub(crate) node_timeout: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) drift_fixed: Duration,
@@ -252,7 +252,7 @@ impl RedlockBuilder {
             );
         }
         Ok(Redlock::from_config(Arc::new(Config {
-            nodes,
+            nodes: nodes.into(),
             node_timeout: self.node_timeout,
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,

@@ -173,16 +173,15 @@ impl Redlock {
     /// One acquisition attempt.
     async fn attempt(&self, resources: &Resources, ttl: Duration) -> Result<Guard> {
         let drift = self.check_ttl(ttl)?;
-        let token = new_token();
-        let keys = &resources.0;
+        let token: Arc<str> = new_token().into();
+        let keys = resources.names();
+        let nodes = &self.config.nodes;
         let start = Instant::now();
         let deadline = start + self.config.node_timeout;
-        let tally = quorum::fan_out(
-            &self.config.nodes,
-            deadline,
-            Until::Decided,
-            |node| node.acquire(keys, &token, ttl),
-        )
+        let tally = quorum::fan_out(nodes, deadline, Until::Decided, |i| {
+            let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
+            async move { nodes[i].acquire(resources.names(), &token, ttl).await }
+        })
         .await;
         let elapsed = start.elapsed();
         let failure = if tally.reached() {
@@ -193,6 +192,7 @@ impl Redlock {
                         redlock: self.clone(),
                         resources: resources.clone(),
                         token,
+                        ttl,
                         valid_until: start + ttl - drift,
                         released: false,
                     });
@@ -216,7 +216,7 @@ impl Redlock {
         // budget: a node that has not answered yet still gets it queued
         // behind its SET on the same connection (so it runs after the SET),
         // and a hung node cannot hold the caller past the per-node timeout.
-        release_all(&self.config, resources, &token, deadline).await;
+        release_all(&self.config, resources, &token, ttl, deadline).await;
         Err(failure)
     }
 }
@@ -297,7 +297,9 @@ impl<S: AsRef<str>> From<Vec<S>> for Resources {
 pub struct Guard {
     redlock: Redlock,
     resources: Resources,
-    token: String,
+    token: Arc<str>,
+    /// The ttl the keys were last set or extended with.
+    ttl: Duration,
     valid_until: Instant,
     released: bool,
 }
@@ -378,9 +380,10 @@ impl Guard {
         // Confirmations count only if they arrive while the lock is still ours.
         let deadline = (start + config.node_timeout).min(self.valid_until);
         let keys = self.resources.names();
-        let token = &self.token;
-        let tally = quorum::fan_out(&config.nodes, deadline, Until::Decided, |node| {
-            node.extend(keys, token, ttl)
+        let tally = quorum::fan_out(&config.nodes, deadline, Until::Decided, |i| {
+            let (nodes, resources, token) =
+                (Arc::clone(&config.nodes), self.resources.clone(), Arc::clone(&self.token));
+            async move { nodes[i].extend(resources.names(), &token, ttl).await }
         })
         .await;
         let elapsed = start.elapsed();
@@ -399,6 +402,7 @@ impl Guard {
         match quorum::validity(ttl, elapsed, drift) {
             Some(left) if left >= config.min_validity => {
                 self.valid_until = start + ttl - drift;
+                self.ttl = self.ttl.max(ttl);
                 tracing::debug!(resources = ?keys, ?left, "lock extended");
                 Ok(())
             }
@@ -420,7 +424,7 @@ impl Guard {
         self.released = true;
         let config = &self.redlock.config;
         let deadline = Instant::now() + config.node_timeout;
-        let tally = release_all(config, &self.resources, &self.token, deadline).await;
+        let tally = release_all(config, &self.resources, &self.token, self.ttl, deadline).await;
         let report = ReleaseReport {
             nodes: tally.nodes,
             confirmed: tally.ok + tally.refused,
@@ -443,29 +447,54 @@ impl Drop for Guard {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             let config = Arc::clone(&self.redlock.config);
             let resources = self.resources.clone();
-            let token = std::mem::take(&mut self.token);
+            let (token, ttl) = (Arc::clone(&self.token), self.ttl);
             runtime.spawn(async move {
                 let deadline = Instant::now() + config.node_timeout;
-                release_all(&config, &resources, &token, deadline).await;
+                release_all(&config, &resources, &token, ttl, deadline).await;
             });
         }
     }
 }
 
 /// Owner-checked delete of `resources` on every node, waiting for answers
-/// until `deadline`. Each request is sent even when the deadline has passed
-/// (a timeout polls its request once before it looks at the clock). `ok`
-/// counts nodes where our token was deleted, `refused` nodes where it was
-/// already gone.
-async fn release_all(config: &Config, resources: &Resources, token: &str, deadline: Instant) -> Tally {
-    let keys = resources.names();
-    quorum::fan_out(
-        &config.nodes,
-        deadline,
-        Until::All,
-        |node| async move { Ok(node.release(keys, token).await? > 0) },
-    )
+/// until `deadline`. `ok` counts nodes where our token was deleted, `refused`
+/// nodes where it was already gone.
+///
+/// Each node's release runs in a task of its own that outlives the deadline
+/// (bounded by `ttl`, after which the key has expired anyway). The redis
+/// client drops a request whose caller went away before it was written, so a
+/// release awaited only until the deadline might never be sent to a slow
+/// node, where a SET of ours may sit queued: the task makes sure the release
+/// follows it.
+async fn release_all(
+    config: &Arc<Config>,
+    resources: &Resources,
+    token: &Arc<str>,
+    ttl: Duration,
+    deadline: Instant,
+) -> Tally {
+    let mut tasks = (0..config.nodes.len()).map(|i| {
+        let (config, resources, token) = (Arc::clone(config), resources.clone(), Arc::clone(token));
+        tokio::spawn(async move {
+            let release = config.nodes[i].release(resources.names(), &token);
+            tokio::time::timeout(ttl, release).await
+        })
+    });
+    quorum::fan_out(&config.nodes, deadline, Until::All, |_| {
+        let task = tasks.next().expect("one task per node");
+        async move {
+            match task.await {
+                Ok(Ok(released)) => Ok(released? > 0),
+                Ok(Err(_elapsed)) => Err(task_error("release outlived the lock ttl")),
+                Err(_join) => Err(task_error("release task failed")),
+            }
+        }
+    })
     .await
+}
+
+fn task_error(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Client, what))
 }
 
 /// A fresh lock token: 128 bits from the thread-local CSPRNG, as 32 hex digits.

@@ -60,6 +60,12 @@ impl Node {
                     .set_connection_timeout(Some(self.connect_timeout))
                     // The quorum layer bounds every request with its own timeout.
                     .set_response_timeout(None)
+                    // Connect once per request that finds the node down
+                    // instead of retrying inside it: a dead node then fails
+                    // at once (connection refused) rather than eating the
+                    // whole per-node timeout, and a restarted node is picked
+                    // up by the next request.
+                    .set_number_of_retries(0)
                     .set_max_delay(RECONNECT_MAX_DELAY);
                 ConnectionManager::new_lazy_with_config(self.client.clone(), config)
             })

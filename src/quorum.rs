@@ -78,30 +78,36 @@ impl Tally {
     }
 }
 
-/// Sends `op` to every node at once and counts the replies.
+/// Sends `op(i)` for every node `i` at once and counts the replies.
 ///
 /// Each node has until `deadline` to answer; a node that has not answered by
 /// then counts as failed with a [`NodeErrorKind::Timeout`]. The caller derives
 /// the deadline from the per-node timeout (and, for extend, the current
 /// validity), so one hung node can never hold the caller past it.
-pub(crate) async fn fan_out<'a, F, Fut>(nodes: &'a [Node], deadline: Instant, until: Until, op: F) -> Tally
+///
+/// With [`Until::Decided`] the requests still pending when the outcome is
+/// certain are handed to a background task that drives them up to the same
+/// deadline. Dropping them instead would not be neutral: the redis client
+/// skips a request whose caller went away before it was written (e.g. while
+/// the connection was still being set up), so the lock would be set on a bare
+/// majority instead of on every node that could take it.
+pub(crate) async fn fan_out<F, Fut>(nodes: &[Node], deadline: Instant, until: Until, mut op: F) -> Tally
 where
-    F: Fn(&'a Node) -> Fut,
-    Fut: Future<Output = RedisResult<bool>> + 'a,
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = RedisResult<bool>> + Send + 'static,
 {
     let budget = deadline.saturating_duration_since(Instant::now());
-    let mut pending: FuturesUnordered<_> = nodes
-        .iter()
-        .map(|node| {
-            let request = op(node);
-            async move { (node, tokio::time::timeout_at(deadline, request).await) }
+    let mut pending: FuturesUnordered<_> = (0..nodes.len())
+        .map(|i| {
+            let request = op(i);
+            async move { (i, tokio::time::timeout_at(deadline, request).await) }
         })
         .collect();
     let mut tally = Tally {
         nodes: nodes.len(),
         ..Tally::default()
     };
-    while let Some((node, outcome)) = pending.next().await {
+    while let Some((i, outcome)) = pending.next().await {
         let kind = match outcome {
             Ok(Ok(true)) => {
                 tally.ok += 1;
@@ -115,15 +121,19 @@ where
             Err(_elapsed) => Some(NodeErrorKind::Timeout(budget)),
         };
         if let Some(kind) = kind {
-            tracing::debug!(node = node.name(), error = ?kind, "node failed");
+            let node = nodes[i].name();
+            tracing::debug!(node, error = ?kind, "node failed");
             tally.errors.push(NodeError {
-                node: node.name().to_owned(),
+                node: node.to_owned(),
                 kind,
             });
         }
         if until == Until::Decided && tally.decided() {
             break;
         }
+    }
+    if !pending.is_empty() {
+        tokio::spawn(pending.for_each(|_| async {}));
     }
     tally
 }

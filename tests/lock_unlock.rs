@@ -26,12 +26,21 @@ async fn lock_and_unlock_on(n: usize) {
     let drift = ttl.mul_f64(DEFAULT_DRIFT_FACTOR) + DEFAULT_DRIFT_FIXED;
     assert!(guard.valid_until() >= before + ttl - drift);
     assert!(guard.valid_until() <= after + ttl - drift);
+    // The call returns once a majority granted; the other nodes' SETs may
+    // still be on their way, so only a majority is certain at this point.
+    let mut holders = 0;
     for server in &servers {
-        assert_eq!(get(server, "doc:1001").as_deref(), Some(guard.token()));
-        let left = pttl(server, "doc:1001");
-        assert!(left > 9_000 && left <= 10_000, "PX ttl on the node: {left}");
+        if let Some(value) = get(server, "doc:1001") {
+            assert_eq!(value, guard.token());
+            let left = pttl(server, "doc:1001");
+            assert!(left > 9_000 && left <= 10_000, "PX ttl on the node: {left}");
+            holders += 1;
+        }
     }
+    assert!(holders >= redlock.quorum());
 
+    // Each release travels behind that node's SET on the same connection, so
+    // every node must report our key deleted: the lock was set on all of them.
     let report = guard.release().await.expect("release");
     assert_eq!((report.nodes, report.confirmed, report.deleted), (n, n, n));
     for server in &servers {
@@ -82,10 +91,11 @@ async fn extend_keeps_the_key_alive_past_the_original_ttl() {
 
     // Let the original ttl pass: every node must still hold our token.
     tokio::time::sleep_until(original_expiry + Duration::from_millis(300)).await;
-    for server in &servers {
-        assert_eq!(get(server, "report").as_deref(), Some(guard.token()));
-        assert!(pttl(server, "report") > 8_000);
-    }
+    let alive = servers
+        .iter()
+        .filter(|s| get(s, "report").as_deref() == Some(guard.token()) && pttl(s, "report") > 8_000)
+        .count();
+    assert!(alive >= redlock.quorum(), "a majority still holds our token: {alive}");
     assert!(guard.remaining() > Duration::from_secs(8));
     guard.release().await.unwrap();
 }

@@ -1,0 +1,201 @@
+//! Dead, frozen and slow nodes: a minority is tolerated, a majority is an
+//! outage (not contention), no one waits past the per-node timeout, and no
+//! attempt leaks a key.
+
+mod support;
+
+use std::time::Duration;
+
+use quorumlock::{Error, NodeErrorKind};
+use support::*;
+use tokio::time::Instant;
+
+#[tokio::test]
+async fn minority_of_nodes_killed_still_locks() {
+    let mut servers = start_nodes(5);
+    servers[0].kill();
+    servers[3].kill();
+    let redlock = client(&servers);
+    let guard = redlock
+        .try_lock("doc:7", Duration::from_secs(10))
+        .await
+        .expect("3 of 5 nodes are enough")
+        .expect("free resource");
+    for i in [1, 2, 4] {
+        assert_eq!(get(&servers[i], "doc:7").as_deref(), Some(guard.token()));
+    }
+    let report = guard.release().await.expect("a majority confirms the release");
+    assert_eq!((report.nodes, report.confirmed, report.deleted), (5, 3, 3));
+}
+
+#[tokio::test]
+async fn majority_of_nodes_killed_fails_as_unreachable_not_held() {
+    let mut servers = start_nodes(5);
+    for i in [0, 2, 4] {
+        servers[i].kill();
+    }
+    let redlock = client(&servers);
+    match redlock.try_lock("doc:8", Duration::from_secs(10)).await {
+        Err(Error::Unreachable {
+            succeeded,
+            refused: 0,
+            quorum: 3,
+            nodes: 5,
+            errors,
+        }) => {
+            assert!(succeeded <= 2);
+            assert!(errors.len() >= 3, "{errors:?}");
+            for e in &errors {
+                // A dead node refuses the connection: it fails at once
+                // instead of running into the per-node timeout.
+                assert!(matches!(e.kind, NodeErrorKind::Redis(_)), "{e}");
+                assert!(e.node.starts_with("127.0.0.1:"), "{e}");
+            }
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    for i in [1, 3] {
+        assert_eq!(dbsize(&servers[i]), 0, "the surviving nodes were released");
+    }
+    // `lock` reports the outage too once its budget is spent.
+    let waiting = builder(&servers).max_attempts(2).build().unwrap();
+    assert!(matches!(
+        waiting.lock("doc:8", Duration::from_secs(10)).await,
+        Err(Error::Unreachable { .. })
+    ));
+}
+
+#[tokio::test]
+async fn killed_node_that_restarts_takes_part_again() {
+    let mut servers = start_nodes(3);
+    let redlock = client(&servers);
+    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    servers[1].kill();
+    servers[2].kill();
+    assert!(matches!(
+        redlock.try_lock("r", Duration::from_secs(5)).await,
+        Err(Error::Unreachable { .. })
+    ));
+    servers[1].restart();
+    servers[2].restart();
+    // The client reconnects on its own; within a few attempts all nodes grant.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(Some(guard)) = redlock.try_lock("r", Duration::from_secs(5)).await {
+            let report = guard.release().await.unwrap();
+            if report.deleted == 3 {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "restarted nodes never came back into the quorum");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn frozen_minority_does_not_slow_a_successful_acquisition() {
+    let servers = start_nodes(3);
+    let timeout = Duration::from_millis(800);
+    let redlock = builder(&servers).node_timeout(timeout).build().unwrap();
+    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    let paused = servers[2].pause();
+    let started = Instant::now();
+    let guard = redlock.try_lock("fast", Duration::from_secs(5)).await.unwrap().expect("2 of 3");
+    assert!(
+        started.elapsed() < timeout / 2,
+        "early exit at quorum, not at the frozen node's timeout: {:?}",
+        started.elapsed()
+    );
+    drop(paused);
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn node_slower_than_the_timeout_does_not_stall_past_it() {
+    let servers = start_nodes(3);
+    let timeout = Duration::from_millis(400);
+    let redlock = builder(&servers).node_timeout(timeout).build().unwrap();
+    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    // One node refuses, one grants, one is frozen: the outcome hangs on the
+    // frozen node until its timeout, and not a moment longer.
+    set_foreign(&servers[0], "slow", "other-owner", 30_000);
+    let _paused = servers[1].pause();
+    let started = Instant::now();
+    let result = redlock.try_lock("slow", Duration::from_secs(5)).await;
+    let elapsed = started.elapsed();
+    match result {
+        Err(Error::Unreachable { errors, .. }) => {
+            assert_eq!(errors.len(), 1);
+            assert!(matches!(errors[0].kind, NodeErrorKind::Timeout(t) if t <= timeout), "{}", errors[0]);
+        }
+        other => panic!("expected Unreachable with one timeout, got {other:?}"),
+    }
+    assert!(elapsed >= timeout, "the outcome needed the frozen node: {elapsed:?}");
+    assert!(elapsed < timeout * 2, "stalled past the per-node timeout: {elapsed:?}");
+}
+
+/// The frozen node receives our SET and, behind it, our release: when it
+/// wakes up it must run both, in that order, and keep no key.
+#[tokio::test]
+async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
+    let servers = start_nodes(3);
+    let redlock = builder(&servers).node_timeout(Duration::from_millis(300)).build().unwrap();
+    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    set_foreign(&servers[0], "late", "other-owner", 30_000);
+    let (sets, evals) = (calls(&servers[1], "set"), calls(&servers[1], "eval"));
+    let paused = servers[1].pause();
+    let granted_evals = calls(&servers[2], "eval");
+    assert!(redlock.try_lock("late", Duration::from_secs(30)).await.is_err());
+    paused.resume();
+    // The attempt's budget ended at the frozen node's timeout, so the
+    // releases were sent but not awaited: wait until both nodes ran them.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while calls(&servers[1], "set") < sets + 1
+        || calls(&servers[1], "eval") < evals + 1
+        || calls(&servers[2], "eval") < granted_evals + 1
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the queued SET and releases never ran: set {} -> {}, eval {} -> {}, granted eval {} -> {}",
+            sets,
+            calls(&servers[1], "set"),
+            evals,
+            calls(&servers[1], "eval"),
+            granted_evals,
+            calls(&servers[2], "eval")
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(dbsize(&servers[2]), 0, "the granting node was released");
+    assert_eq!(dbsize(&servers[1]), 0, "the late SET was undone by the release behind it");
+}
+
+#[tokio::test]
+async fn validity_used_up_is_reported_as_such_and_releases() {
+    let servers = start_nodes(3);
+    let ttl = Duration::from_secs(2);
+    let redlock = builder(&servers)
+        .node_timeout(Duration::from_secs(1))
+        .min_validity(Duration::from_millis(1900))
+        .build()
+        .unwrap();
+    redlock.try_lock("warm", ttl).await.unwrap().unwrap().release().await.unwrap();
+    // Two nodes answer only after 300 ms: a majority is reached, but too late
+    // to leave the 1.9 s of validity the caller asked for.
+    let frozen = [servers[0].pause(), servers[1].pause()];
+    let thaw = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(frozen);
+    });
+    match redlock.try_lock("tight", ttl).await {
+        Err(Error::ValidityUsedUp { elapsed, ttl: t, min }) => {
+            assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+            assert_eq!((t, min), (ttl, Duration::from_millis(1900)));
+        }
+        other => panic!("expected ValidityUsedUp, got {other:?}"),
+    }
+    thaw.await.unwrap();
+    for server in &servers {
+        assert_eq!(dbsize(server), 0, "keys of the too-late lock were released");
+    }
+}
