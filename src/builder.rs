@@ -138,7 +138,8 @@ impl RedlockBuilder {
         I: IntoIterator,
         I::Item: Into<String>,
     {
-        self.nodes.extend(urls.into_iter().map(|u| NodeSpec::Url(u.into())));
+        self.nodes
+            .extend(urls.into_iter().map(|u| NodeSpec::Url(u.into())));
         self
     }
 
@@ -233,6 +234,12 @@ impl RedlockBuilder {
             .map(|spec| {
                 let client = match spec {
                     NodeSpec::Client(client) => client,
+                    NodeSpec::Url(url) if url.starts_with("rediss://") && !cfg!(feature = "tls") => {
+                        return Err(Error::Config(format!(
+                            "node {}: rediss:// needs the `tls` feature of quorumlock",
+                            redact(&url)
+                        )));
+                    }
                     NodeSpec::Url(url) => redis::Client::open(url.as_str())
                         .map_err(|e| Error::Config(format!("bad node URL {}: {e}", redact(&url))))?,
                 };

@@ -149,10 +149,16 @@ impl Redlock {
         base / 2 + base.mul_f64(rand::random::<f64>())
     }
 
-    /// Checks that `ttl` leaves room for the per-node timeout and the drift.
-    fn check_ttl(&self, ttl: Duration) -> Result<Duration> {
-        if ttl < Duration::from_millis(1) {
-            return Err(Error::Config(format!("ttl must be at least 1 ms, got {ttl:?}")));
+    /// Checks that `ttl` leaves room for the per-node timeout and the drift,
+    /// and returns it cut to whole milliseconds (the unit Redis stores, so
+    /// the validity is computed from the ttl the nodes really apply) with its
+    /// drift allowance.
+    fn check_ttl(&self, requested: Duration) -> Result<(Duration, Duration)> {
+        let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
+        if ttl.is_zero() {
+            return Err(Error::Config(format!(
+                "ttl must be at least 1 ms, got {requested:?}"
+            )));
         }
         let drift = self.drift(ttl);
         let config = &self.config;
@@ -163,7 +169,7 @@ impl Redlock {
                 config.node_timeout, config.min_validity
             )));
         }
-        Ok(drift)
+        Ok((ttl, drift))
     }
 
     fn drift(&self, ttl: Duration) -> Duration {
@@ -172,13 +178,13 @@ impl Redlock {
 
     /// One acquisition attempt.
     async fn attempt(&self, resources: &Resources, ttl: Duration) -> Result<Guard> {
-        let drift = self.check_ttl(ttl)?;
+        let (ttl, drift) = self.check_ttl(ttl)?;
         let token: Arc<str> = new_token().into();
         let keys = resources.names();
         let nodes = &self.config.nodes;
         let start = Instant::now();
         let deadline = start + self.config.node_timeout;
-        let tally = quorum::fan_out(nodes, deadline, Until::Decided, |i| {
+        let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
             let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
             async move { nodes[i].acquire(resources.names(), &token, ttl).await }
         })
@@ -367,7 +373,7 @@ impl Guard {
     ///   [`Redlock::try_lock`]).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let config = &self.redlock.config;
-        let drift = self.redlock.check_ttl(ttl)?;
+        let (ttl, drift) = self.redlock.check_ttl(ttl)?;
         let start = Instant::now();
         let nodes = config.nodes.len();
         if start >= self.valid_until {
@@ -380,9 +386,12 @@ impl Guard {
         // Confirmations count only if they arrive while the lock is still ours.
         let deadline = (start + config.node_timeout).min(self.valid_until);
         let keys = self.resources.names();
-        let tally = quorum::fan_out(&config.nodes, deadline, Until::Decided, |i| {
-            let (nodes, resources, token) =
-                (Arc::clone(&config.nodes), self.resources.clone(), Arc::clone(&self.token));
+        let tally = quorum::fan_out(&config.nodes, deadline, deadline, Until::Decided, |i| {
+            let (nodes, resources, token) = (
+                Arc::clone(&config.nodes),
+                self.resources.clone(),
+                Arc::clone(&self.token),
+            );
             async move { nodes[i].extend(resources.names(), &token, ttl).await }
         })
         .await;
@@ -460,41 +469,22 @@ impl Drop for Guard {
 /// until `deadline`. `ok` counts nodes where our token was deleted, `refused`
 /// nodes where it was already gone.
 ///
-/// Each node's release runs in a task of its own that outlives the deadline
-/// (bounded by `ttl`, after which the key has expired anyway). The redis
-/// client drops a request whose caller went away before it was written, so a
-/// release awaited only until the deadline might never be sent to a slow
-/// node, where a SET of ours may sit queued: the task makes sure the release
-/// follows it.
+/// A node that has not answered by the deadline keeps its release going in
+/// the background for up to `ttl` (after which the key has expired anyway),
+/// so that it still runs behind a late SET of ours queued on that node.
 async fn release_all(
-    config: &Arc<Config>,
+    config: &Config,
     resources: &Resources,
     token: &Arc<str>,
     ttl: Duration,
     deadline: Instant,
 ) -> Tally {
-    let mut tasks = (0..config.nodes.len()).map(|i| {
-        let (config, resources, token) = (Arc::clone(config), resources.clone(), Arc::clone(token));
-        tokio::spawn(async move {
-            let release = config.nodes[i].release(resources.names(), &token);
-            tokio::time::timeout(ttl, release).await
-        })
-    });
-    quorum::fan_out(&config.nodes, deadline, Until::All, |_| {
-        let task = tasks.next().expect("one task per node");
-        async move {
-            match task.await {
-                Ok(Ok(released)) => Ok(released? > 0),
-                Ok(Err(_elapsed)) => Err(task_error("release outlived the lock ttl")),
-                Err(_join) => Err(task_error("release task failed")),
-            }
-        }
+    let finish_by = deadline.max(Instant::now() + ttl);
+    quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
+        let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
+        async move { Ok(nodes[i].release(resources.names(), &token).await? > 0) }
     })
     .await
-}
-
-fn task_error(what: &'static str) -> redis::RedisError {
-    redis::RedisError::from((redis::ErrorKind::Client, what))
 }
 
 /// A fresh lock token: 128 bits from the thread-local CSPRNG, as 32 hex digits.

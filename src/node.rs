@@ -5,41 +5,62 @@
 //! not applied here but by the quorum layer, which owns the per-node budget.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisResult};
-use tokio::sync::OnceCell;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisResult};
+use tokio::sync::Mutex;
 
 use crate::scripts;
 
-/// Longest pause between two reconnection attempts to a node that went away.
-///
-/// The connection manager backs off exponentially from 100 ms; without a cap a
-/// node that comes back after a restart could wait seconds for its next
-/// attempt and be missing from quorums for that long.
-pub(crate) const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+/// Numbers connections, so that a failed request discards only its own.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// One independent Redis master taking part in the quorum.
+///
+/// # Order of requests
+///
+/// Safety needs one ordering guarantee from this type: a request sent after
+/// another one runs after it on the node. A failed acquisition relies on it
+/// (its release must run after a SET that may still be queued on a slow
+/// node), and so does every release after an extend.
+///
+/// Redis runs the commands of one connection in the order it reads them, and
+/// the redis crate's multiplexed connection writes them in the order they
+/// were handed to it. What remains is to hand them over in the order the
+/// requests were made, also while the connection is being (re)established,
+/// when a crate-level reconnecting manager lets waiting requests go in any
+/// order. So every request takes a fair (first come, first served) lock,
+/// connects if needed, hands its command to the connection, and only then
+/// lets the next request in. The lock is never held while waiting for a reply.
 pub(crate) struct Node {
     /// `host:port/db` for messages; never contains the password.
     name: String,
     client: Client,
-    connect_timeout: Duration,
-    /// Created on first use, inside the caller's runtime, so that building a
-    /// [`crate::Redlock`] needs neither a runtime nor a reachable node.
-    conn: OnceCell<ConnectionManager>,
+    config: AsyncConnectionConfig,
+    /// The live connection, if any, with a generation number so that a
+    /// request that saw it fail discards that connection and not a newer one.
+    conn: Mutex<Option<(u64, MultiplexedConnection)>>,
 }
 
 impl Node {
+    /// A node that connects on first use (building a client needs neither a
+    /// runtime nor a reachable node).
     pub(crate) fn new(client: Client, connect_timeout: Duration) -> Self {
         let info = client.get_connection_info();
         let name = format!("{}/{}", info.addr(), info.redis_settings().db());
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            // The quorum layer bounds every request with its own deadline; a
+            // release may rightly wait longer than any default here.
+            .set_response_timeout(None);
         Node {
             name,
             client,
-            connect_timeout,
-            conn: OnceCell::new(),
+            config,
+            conn: Mutex::new(None),
         }
     }
 
@@ -47,75 +68,89 @@ impl Node {
         &self.name
     }
 
-    /// A handle on the node's one multiplexed connection (cheap to clone).
+    /// Sends `cmd` in request order (see the type docs) and awaits its reply.
     ///
-    /// Every request to this node goes over this single connection, so Redis
-    /// executes them in the order they were sent: a release sent after a SET
-    /// that timed out on our side still runs after that SET on the server,
-    /// which is why a failed attempt cannot leak a key.
-    async fn connection(&self) -> RedisResult<ConnectionManager> {
-        self.conn
-            .get_or_try_init(|| async {
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(self.connect_timeout))
-                    // The quorum layer bounds every request with its own timeout.
-                    .set_response_timeout(None)
-                    // Connect once per request that finds the node down
-                    // instead of retrying inside it: a dead node then fails
-                    // at once (connection refused) rather than eating the
-                    // whole per-node timeout, and a restarted node is picked
-                    // up by the next request.
-                    .set_number_of_retries(0)
-                    .set_max_delay(RECONNECT_MAX_DELAY);
-                ConnectionManager::new_lazy_with_config(self.client.clone(), config)
-            })
-            .await
-            .cloned()
+    /// A node that is down fails the request at once (connection refused)
+    /// or after the connect timeout; the next request tries to connect
+    /// again, so a restarted node takes part as soon as it is back.
+    async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
+        let (generation, mut reply) = {
+            let mut slot = self.conn.lock().await;
+            let (generation, conn) = match &*slot {
+                Some((generation, conn)) => (*generation, conn.clone()),
+                None => {
+                    let conn = self
+                        .client
+                        .get_multiplexed_async_connection_with_config(&self.config)
+                        .await?;
+                    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+                    *slot = Some((generation, conn.clone()));
+                    (generation, conn)
+                }
+            };
+            let mut reply = Box::pin(async move {
+                let mut conn = conn;
+                conn.send_packed_command(&cmd).await
+            });
+            // The first poll hands the command to the connection's writer
+            // queue (or takes a place in its fair wait for room): this fixes
+            // its position before the next request may go.
+            if let Poll::Ready(result) = futures::poll!(reply.as_mut()) {
+                drop(slot);
+                return self.settle(generation, result).await;
+            }
+            (generation, reply)
+        };
+        let result = reply.as_mut().await;
+        self.settle(generation, result).await
+    }
+
+    /// Drops the connection after an error that leaves it unusable, so that
+    /// the next request reconnects; converts the reply.
+    async fn settle<T: FromRedisValue>(
+        &self,
+        generation: u64,
+        result: RedisResult<redis::Value>,
+    ) -> RedisResult<T> {
+        if let Err(e) = &result
+            && (e.is_unrecoverable_error() || e.is_connection_dropped())
+        {
+            let mut slot = self.conn.lock().await;
+            if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
+                *slot = None;
+            }
+        }
+        Ok(redis::from_redis_value(result?)?)
     }
 
     /// `SET NX PX` for one key, the acquire script for several.
     /// Returns whether this node granted every key.
     pub(crate) async fn acquire(&self, keys: &[String], token: &str, ttl: Duration) -> RedisResult<bool> {
-        let mut conn = self.connection().await?;
         let ttl_ms = millis(ttl);
         if let [key] = keys {
-            let reply: Option<String> = redis::cmd("SET")
-                .arg(key)
-                .arg(token)
-                .arg("NX")
-                .arg("PX")
-                .arg(ttl_ms)
-                .query_async(&mut conn)
-                .await?;
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
+            let reply: Option<String> = self.send(cmd).await?;
             Ok(reply.is_some())
         } else {
-            let set: i64 = scripts::eval(scripts::ACQUIRE, keys)
-                .arg(token)
-                .arg(ttl_ms)
-                .query_async(&mut conn)
-                .await?;
-            Ok(set == 1)
+            let mut cmd = scripts::eval(scripts::ACQUIRE, keys);
+            cmd.arg(token).arg(ttl_ms);
+            Ok(self.send::<i64>(cmd).await? == 1)
         }
     }
 
     /// Owner-checked delete. Returns how many keys still held our token.
     pub(crate) async fn release(&self, keys: &[String], token: &str) -> RedisResult<usize> {
-        let mut conn = self.connection().await?;
-        scripts::eval(scripts::RELEASE, keys)
-            .arg(token)
-            .query_async(&mut conn)
-            .await
+        let mut cmd = scripts::eval(scripts::RELEASE, keys);
+        cmd.arg(token);
+        self.send(cmd).await
     }
 
     /// Owner-checked ttl reset. Returns whether every key held our token.
     pub(crate) async fn extend(&self, keys: &[String], token: &str, ttl: Duration) -> RedisResult<bool> {
-        let mut conn = self.connection().await?;
-        let done: i64 = scripts::eval(scripts::EXTEND, keys)
-            .arg(token)
-            .arg(millis(ttl))
-            .query_async(&mut conn)
-            .await?;
-        Ok(done == 1)
+        let mut cmd = scripts::eval(scripts::EXTEND, keys);
+        cmd.arg(token).arg(millis(ttl));
+        Ok(self.send::<i64>(cmd).await? == 1)
     }
 }
 

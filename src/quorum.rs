@@ -65,6 +65,14 @@ impl Tally {
         self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
     }
 
+    fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
+        tracing::debug!(node = node.name(), error = ?kind, "node failed");
+        self.errors.push(NodeError {
+            node: node.name().to_owned(),
+            kind,
+        });
+    }
+
     /// The error for a fan-out that did not reach a majority because nodes
     /// failed.
     pub(crate) fn unreachable(self) -> Error {
@@ -85,48 +93,62 @@ impl Tally {
 /// the deadline from the per-node timeout (and, for extend, the current
 /// validity), so one hung node can never hold the caller past it.
 ///
-/// With [`Until::Decided`] the requests still pending when the outcome is
-/// certain are handed to a background task that drives them up to the same
-/// deadline. Dropping them instead would not be neutral: the redis client
-/// skips a request whose caller went away before it was written (e.g. while
-/// the connection was still being set up), so the lock would be set on a bare
-/// majority instead of on every node that could take it.
-pub(crate) async fn fan_out<F, Fut>(nodes: &[Node], deadline: Instant, until: Until, mut op: F) -> Tally
+/// Requests still pending when this returns (early exit, or deadline) are not
+/// dropped but handed to a background task that drives them until
+/// `finish_by`. Dropping them would not be neutral: the redis client skips a
+/// request whose caller went away before it was written (e.g. while the
+/// connection was still being set up), so a lock would be set on a bare
+/// majority instead of on every node that could take it, and a release meant
+/// to follow a late SET on a slow node might never be sent.
+pub(crate) async fn fan_out<F, Fut>(
+    nodes: &[Node],
+    deadline: Instant,
+    finish_by: Instant,
+    until: Until,
+    mut op: F,
+) -> Tally
 where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<bool>> + Send + 'static,
 {
-    let budget = deadline.saturating_duration_since(Instant::now());
+    let started = Instant::now();
     let mut pending: FuturesUnordered<_> = (0..nodes.len())
         .map(|i| {
             let request = op(i);
-            async move { (i, tokio::time::timeout_at(deadline, request).await) }
+            async move { (i, tokio::time::timeout_at(finish_by, request).await) }
         })
         .collect();
+    let mut answered = vec![false; nodes.len()];
     let mut tally = Tally {
         nodes: nodes.len(),
         ..Tally::default()
     };
-    while let Some((i, outcome)) = pending.next().await {
-        let kind = match outcome {
-            Ok(Ok(true)) => {
-                tally.ok += 1;
-                None
+    let timer = tokio::time::sleep_until(deadline);
+    tokio::pin!(timer);
+    loop {
+        let (i, outcome) = tokio::select! {
+            biased;
+            next = pending.next() => match next {
+                Some(reply) => reply,
+                None => break,
+            },
+            () = &mut timer => {
+                let budget = deadline.saturating_duration_since(started);
+                for (i, _) in answered.iter().enumerate().filter(|(_, done)| !**done) {
+                    tally.fail(&nodes[i], NodeErrorKind::Timeout(budget));
+                }
+                break;
             }
-            Ok(Ok(false)) => {
-                tally.refused += 1;
-                None
-            }
-            Ok(Err(e)) => Some(NodeErrorKind::Redis(e)),
-            Err(_elapsed) => Some(NodeErrorKind::Timeout(budget)),
         };
-        if let Some(kind) = kind {
-            let node = nodes[i].name();
-            tracing::debug!(node, error = ?kind, "node failed");
-            tally.errors.push(NodeError {
-                node: node.to_owned(),
-                kind,
-            });
+        answered[i] = true;
+        match outcome {
+            Ok(Ok(true)) => tally.ok += 1,
+            Ok(Ok(false)) => tally.refused += 1,
+            Ok(Err(e)) => tally.fail(&nodes[i], NodeErrorKind::Redis(e)),
+            Err(_elapsed) => {
+                let budget = finish_by.saturating_duration_since(started);
+                tally.fail(&nodes[i], NodeErrorKind::Timeout(budget));
+            }
         }
         if until == Until::Decided && tally.decided() {
             break;
@@ -152,7 +174,9 @@ pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
 /// `elapsed` is measured on the monotonic clock from before the first request
 /// was sent, so it covers the slowest node we counted and all scheduling.
 pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|v| !v.is_zero())
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|v| !v.is_zero())
 }
 
 #[cfg(test)]
@@ -161,10 +185,7 @@ mod tests {
 
     #[test]
     fn quorum_is_a_strict_majority_of_all_nodes() {
-        assert_eq!(
-            (1..=7).map(quorum).collect::<Vec<_>>(),
-            vec![1, 2, 2, 3, 3, 4, 4]
-        );
+        assert_eq!((1..=7).map(quorum).collect::<Vec<_>>(), vec![1, 2, 2, 3, 3, 4, 4]);
         for n in 1..=50 {
             // Two quorums always intersect.
             assert!(2 * quorum(n) > n);

@@ -28,10 +28,18 @@ async fn two_clients_contend_and_exactly_one_wins() {
         );
         let winner = ga.or(gb).unwrap();
         let values: Vec<Option<String>> = servers.iter().map(|s| get(s, &resource)).collect();
-        let held = values.iter().filter(|v| v.as_deref() == Some(winner.token())).count();
-        assert!(held >= 3, "round {round}: the winner holds a majority: {values:?}");
+        let held = values
+            .iter()
+            .filter(|v| v.as_deref() == Some(winner.token()))
+            .count();
         assert!(
-            values.iter().all(|v| v.is_none() || v.as_deref() == Some(winner.token())),
+            held >= 3,
+            "round {round}: the winner holds a majority: {values:?}"
+        );
+        assert!(
+            values
+                .iter()
+                .all(|v| v.is_none() || v.as_deref() == Some(winner.token())),
             "round {round}: the loser released what it got: {values:?}"
         );
         winner.release().await.unwrap();
@@ -56,7 +64,10 @@ async fn waiting_clients_never_overlap_in_the_critical_section() {
         let (inside, entries) = (Arc::clone(&inside), Arc::clone(&entries));
         tasks.push(tokio::spawn(async move {
             for _ in 0..5 {
-                let guard = redlock.lock("cron:archive", Duration::from_secs(10)).await.expect("lock");
+                let guard = redlock
+                    .lock("cron:archive", Duration::from_secs(10))
+                    .await
+                    .expect("lock");
                 assert!(!inside.swap(true, Ordering::SeqCst), "two holders inside at once");
                 tokio::time::sleep(Duration::from_millis(2)).await;
                 inside.store(false, Ordering::SeqCst);
@@ -75,7 +86,11 @@ async fn waiting_clients_never_overlap_in_the_critical_section() {
 async fn lock_gives_up_with_held_when_the_wait_runs_out() {
     let servers = start_nodes(3);
     let holder = client(&servers);
-    let guard = holder.try_lock("busy", Duration::from_secs(10)).await.unwrap().unwrap();
+    let guard = holder
+        .try_lock("busy", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
     let waiter = builder(&servers)
         .retry_delay(Duration::from_millis(20))
         .wait(Duration::from_millis(300))
@@ -90,8 +105,15 @@ async fn lock_gives_up_with_held_when_the_wait_runs_out() {
 
     let counted = builder(&servers).max_attempts(3).build().unwrap();
     let before = calls(&servers[0], "set");
-    assert!(matches!(counted.lock("busy", Duration::from_secs(10)).await, Err(Error::Held { .. })));
-    assert_eq!(calls(&servers[0], "set") - before, 3, "exactly the attempt budget");
+    assert!(matches!(
+        counted.lock("busy", Duration::from_secs(10)).await,
+        Err(Error::Held { .. })
+    ));
+    assert_eq!(
+        calls(&servers[0], "set") - before,
+        3,
+        "exactly the attempt budget"
+    );
     guard.release().await.unwrap();
 }
 
@@ -99,13 +121,23 @@ async fn lock_gives_up_with_held_when_the_wait_runs_out() {
 async fn lock_waits_for_the_holder_to_release() {
     let servers = start_nodes(3);
     let holder = client(&servers);
-    let guard = holder.try_lock("handoff", Duration::from_secs(10)).await.unwrap().unwrap();
-    let waiter = builder(&servers).retry_delay(Duration::from_millis(20)).build().unwrap();
+    let guard = holder
+        .try_lock("handoff", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
+    let waiter = builder(&servers)
+        .retry_delay(Duration::from_millis(20))
+        .build()
+        .unwrap();
     let waiting = tokio::spawn(async move { waiter.lock("handoff", Duration::from_secs(10)).await });
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(!waiting.is_finished(), "the waiter cannot get a held lock");
     guard.release().await.unwrap();
-    let second = waiting.await.unwrap().expect("waiter gets the lock after the release");
+    let second = waiting
+        .await
+        .unwrap()
+        .expect("waiter gets the lock after the release");
     second.release().await.unwrap();
 }
 
@@ -114,14 +146,22 @@ async fn lock_waits_for_the_holder_to_release() {
 async fn a_late_holder_cannot_release_or_extend_the_next_owners_lock() {
     let servers = start_nodes(3);
     let (late, next) = (client(&servers), client(&servers));
-    let mut stale = late.try_lock("invoice:42", Duration::from_millis(600)).await.unwrap().unwrap();
+    let mut stale = late
+        .try_lock("invoice:42", Duration::from_millis(600))
+        .await
+        .unwrap()
+        .unwrap();
     // Wait for the keys to expire on every node.
     let deadline = Instant::now() + Duration::from_secs(5);
     while servers.iter().any(|s| dbsize(s) != 0) {
         assert!(Instant::now() < deadline, "keys did not expire");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let current = next.try_lock("invoice:42", Duration::from_secs(5)).await.unwrap().unwrap();
+    let current = next
+        .try_lock("invoice:42", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
     // The next owner holds a majority (a node it reached last may be missing).
     let holding: Vec<&RedisServer> = servers
         .iter()
@@ -134,7 +174,10 @@ async fn a_late_holder_cannot_release_or_extend_the_next_owners_lock() {
         other => panic!("extend by a stale holder must fail with Lost, got {other:?}"),
     }
     for server in &holding {
-        assert!(pttl(server, "invoice:42") <= 5_000, "the next owner's ttl was not touched");
+        assert!(
+            pttl(server, "invoice:42") <= 5_000,
+            "the next owner's ttl was not touched"
+        );
     }
     let report = stale.release().await.expect("nodes answered");
     assert_eq!((report.confirmed, report.deleted), (3, 0));
@@ -150,14 +193,22 @@ async fn a_late_holder_cannot_release_or_extend_the_next_owners_lock() {
 async fn extend_is_refused_on_nodes_where_another_token_sits() {
     let servers = start_nodes(3);
     let redlock = client(&servers);
-    let mut guard = redlock.try_lock("seat:7", Duration::from_secs(10)).await.unwrap().unwrap();
+    let mut guard = redlock
+        .try_lock("seat:7", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .unwrap();
     // Another owner's token replaces ours on two nodes (e.g. after restarts
     // without persistence).
     for server in &servers[..2] {
         set_foreign(server, "seat:7", "someone-else", 10_000);
     }
     match guard.extend(Duration::from_secs(20)).await {
-        Err(Error::Lost { confirmed, quorum: 2, nodes: 3 }) if confirmed <= 1 => {}
+        Err(Error::Lost {
+            confirmed,
+            quorum: 2,
+            nodes: 3,
+        }) if confirmed <= 1 => {}
         other => panic!("expected Lost with at most 1 of 3 confirming, got {other:?}"),
     }
     for server in &servers[..2] {
@@ -178,7 +229,13 @@ async fn failed_attempt_leaves_no_key_on_any_node() {
         set_foreign(server, "pdf:500", "other-owner", 30_000);
     }
     let redlock: Redlock = client(&servers);
-    assert!(redlock.try_lock("pdf:500", Duration::from_secs(10)).await.unwrap().is_none());
+    assert!(
+        redlock
+            .try_lock("pdf:500", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_none()
+    );
     for server in &servers[3..] {
         assert_eq!(dbsize(server), 0, "the granted nodes were released");
     }

@@ -95,7 +95,10 @@ async fn extend_keeps_the_key_alive_past_the_original_ttl() {
         .iter()
         .filter(|s| get(s, "report").as_deref() == Some(guard.token()) && pttl(s, "report") > 8_000)
         .count();
-    assert!(alive >= redlock.quorum(), "a majority still holds our token: {alive}");
+    assert!(
+        alive >= redlock.quorum(),
+        "a majority still holds our token: {alive}"
+    );
     assert!(guard.remaining() > Duration::from_secs(8));
     guard.release().await.unwrap();
 }
@@ -109,7 +112,11 @@ async fn multi_resource_lock_is_all_or_nothing_on_each_node() {
     // Another owner holds "b" on node 0: nodes 1 and 2 still grant [a, b],
     // and node 0 must not keep a half lock on "a".
     set_foreign(&servers[0], "b", "other-owner", 10_000);
-    let guard = redlock.try_lock(["a", "b"], ttl).await.unwrap().expect("2 of 3 grant");
+    let guard = redlock
+        .try_lock(["a", "b"], ttl)
+        .await
+        .unwrap()
+        .expect("2 of 3 grant");
     assert_eq!(guard.resources(), ["a", "b"]);
     assert_eq!(get(&servers[0], "a"), None, "node 0 refused, so it set no key");
     for server in &servers[1..] {
@@ -120,7 +127,11 @@ async fn multi_resource_lock_is_all_or_nothing_on_each_node() {
     // Overlapping multi-resource locks exclude each other; disjoint ones don't.
     assert!(redlock.try_lock(["b", "c"], ttl).await.unwrap().is_none());
     assert!(redlock.try_lock(["c", "a"], ttl).await.unwrap().is_none());
-    let disjoint = redlock.try_lock(["c", "d"], ttl).await.unwrap().expect("disjoint");
+    let disjoint = redlock
+        .try_lock(["c", "d"], ttl)
+        .await
+        .unwrap()
+        .expect("disjoint");
     disjoint.release().await.unwrap();
     guard.release().await.unwrap();
     for server in &servers[1..] {
@@ -140,7 +151,11 @@ async fn multi_resource_lock_is_all_or_nothing_on_each_node() {
 async fn dropping_a_guard_releases_it_in_the_background() {
     let servers = start_nodes(3);
     let redlock = client(&servers);
-    let guard = redlock.try_lock("dropped", Duration::from_secs(30)).await.unwrap().unwrap();
+    let guard = redlock
+        .try_lock("dropped", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
     drop(guard);
     // The release runs on the runtime; wait for it without assuming when.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -149,5 +164,11 @@ async fn dropping_a_guard_releases_it_in_the_background() {
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert!(redlock.try_lock("dropped", Duration::from_secs(30)).await.unwrap().is_some());
+    assert!(
+        redlock
+            .try_lock("dropped", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

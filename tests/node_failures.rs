@@ -69,7 +69,14 @@ async fn majority_of_nodes_killed_fails_as_unreachable_not_held() {
 async fn killed_node_that_restarts_takes_part_again() {
     let mut servers = start_nodes(3);
     let redlock = client(&servers);
-    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    redlock
+        .try_lock("warm", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     servers[1].kill();
     servers[2].kill();
     assert!(matches!(
@@ -87,7 +94,10 @@ async fn killed_node_that_restarts_takes_part_again() {
                 break;
             }
         }
-        assert!(Instant::now() < deadline, "restarted nodes never came back into the quorum");
+        assert!(
+            Instant::now() < deadline,
+            "restarted nodes never came back into the quorum"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -97,10 +107,21 @@ async fn frozen_minority_does_not_slow_a_successful_acquisition() {
     let servers = start_nodes(3);
     let timeout = Duration::from_millis(800);
     let redlock = builder(&servers).node_timeout(timeout).build().unwrap();
-    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    redlock
+        .try_lock("warm", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let paused = servers[2].pause();
     let started = Instant::now();
-    let guard = redlock.try_lock("fast", Duration::from_secs(5)).await.unwrap().expect("2 of 3");
+    let guard = redlock
+        .try_lock("fast", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .expect("2 of 3");
     assert!(
         started.elapsed() < timeout / 2,
         "early exit at quorum, not at the frozen node's timeout: {:?}",
@@ -115,7 +136,14 @@ async fn node_slower_than_the_timeout_does_not_stall_past_it() {
     let servers = start_nodes(3);
     let timeout = Duration::from_millis(400);
     let redlock = builder(&servers).node_timeout(timeout).build().unwrap();
-    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    redlock
+        .try_lock("warm", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // One node refuses, one grants, one is frozen: the outcome hangs on the
     // frozen node until its timeout, and not a moment longer.
     set_foreign(&servers[0], "slow", "other-owner", 30_000);
@@ -126,12 +154,22 @@ async fn node_slower_than_the_timeout_does_not_stall_past_it() {
     match result {
         Err(Error::Unreachable { errors, .. }) => {
             assert_eq!(errors.len(), 1);
-            assert!(matches!(errors[0].kind, NodeErrorKind::Timeout(t) if t <= timeout), "{}", errors[0]);
+            assert!(
+                matches!(errors[0].kind, NodeErrorKind::Timeout(t) if t <= timeout),
+                "{}",
+                errors[0]
+            );
         }
         other => panic!("expected Unreachable with one timeout, got {other:?}"),
     }
-    assert!(elapsed >= timeout, "the outcome needed the frozen node: {elapsed:?}");
-    assert!(elapsed < timeout * 2, "stalled past the per-node timeout: {elapsed:?}");
+    assert!(
+        elapsed >= timeout,
+        "the outcome needed the frozen node: {elapsed:?}"
+    );
+    assert!(
+        elapsed < timeout * 2,
+        "stalled past the per-node timeout: {elapsed:?}"
+    );
 }
 
 /// The frozen node receives our SET and, behind it, our release: when it
@@ -139,8 +177,18 @@ async fn node_slower_than_the_timeout_does_not_stall_past_it() {
 #[tokio::test]
 async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
     let servers = start_nodes(3);
-    let redlock = builder(&servers).node_timeout(Duration::from_millis(300)).build().unwrap();
-    redlock.try_lock("warm", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    let redlock = builder(&servers)
+        .node_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    redlock
+        .try_lock("warm", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     set_foreign(&servers[0], "late", "other-owner", 30_000);
     let (sets, evals) = (calls(&servers[1], "set"), calls(&servers[1], "eval"));
     let paused = servers[1].pause();
@@ -167,7 +215,11 @@ async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(dbsize(&servers[2]), 0, "the granting node was released");
-    assert_eq!(dbsize(&servers[1]), 0, "the late SET was undone by the release behind it");
+    assert_eq!(
+        dbsize(&servers[1]),
+        0,
+        "the late SET was undone by the release behind it"
+    );
 }
 
 #[tokio::test]
@@ -179,7 +231,14 @@ async fn validity_used_up_is_reported_as_such_and_releases() {
         .min_validity(Duration::from_millis(1900))
         .build()
         .unwrap();
-    redlock.try_lock("warm", ttl).await.unwrap().unwrap().release().await.unwrap();
+    redlock
+        .try_lock("warm", ttl)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     // Two nodes answer only after 300 ms: a majority is reached, but too late
     // to leave the 1.9 s of validity the caller asked for.
     let frozen = [servers[0].pause(), servers[1].pause()];

@@ -45,7 +45,10 @@ pub fn get(server: &RedisServer, key: &str) -> Option<String> {
         return None;
     }
     let mut lines = reply.split("\r\n");
-    assert!(lines.next().is_some_and(|l| l.starts_with('$')), "GET {key}: {reply:?}");
+    assert!(
+        lines.next().is_some_and(|l| l.starts_with('$')),
+        "GET {key}: {reply:?}"
+    );
     lines.next().map(str::to_owned)
 }
 

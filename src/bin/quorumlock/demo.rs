@@ -48,7 +48,10 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         eprintln!("error: --nodes, --workers, --resources and --seconds must be at least 1");
         return ExitCode::from(2);
     }
-    println!("starting {} local redis-server nodes (AOF, appendfsync always)...", args.nodes);
+    println!(
+        "starting {} local redis-server nodes (AOF, appendfsync always)...",
+        args.nodes
+    );
     let mut nodes = Vec::new();
     for _ in 0..args.nodes {
         match RedisServer::try_start(Persistence::AofAlways, &[]) {
@@ -104,15 +107,19 @@ pub(crate) async fn run(args: Args) -> ExitCode {
                         tokio::time::sleep(WORK).await;
                         inside[resource].fetch_sub(1, Ordering::SeqCst);
                         mine.acquired.fetch_add(1, Ordering::Relaxed);
-                        if guard.release().await.is_err() {
-                            mine.errors.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = guard.release().await
+                            && mine.errors.fetch_add(1, Ordering::Relaxed) < 3
+                        {
+                            println!("  worker {worker}: release: {e}");
                         }
                     }
                     Err(Error::Held { .. }) => {
                         mine.busy.fetch_add(1, Ordering::Relaxed);
                     }
-                    Err(_) => {
-                        mine.errors.fetch_add(1, Ordering::Relaxed);
+                    Err(e) => {
+                        if mine.errors.fetch_add(1, Ordering::Relaxed) < 3 {
+                            println!("  worker {worker}: {e}");
+                        }
                     }
                 }
             }
@@ -120,7 +127,10 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     }
 
     let victim = nodes.len() / 2;
-    let (kill_at, restart_at) = (end - Duration::from_secs(args.seconds) * 2 / 3, end - Duration::from_secs(args.seconds) / 3);
+    let (kill_at, restart_at) = (
+        end - Duration::from_secs(args.seconds) * 2 / 3,
+        end - Duration::from_secs(args.seconds) / 3,
+    );
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
     let mut killed = false;
     let mut restarted = false;
@@ -144,7 +154,10 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             println!("  ! restarted node {victim} on the same port (its AOF brought the keys back)");
         }
         let total: usize = counters.iter().map(|c| c.acquired.load(Ordering::Relaxed)).sum();
-        println!("  {:>4.1} s: {total} acquisitions", args.seconds as f64 - end.saturating_duration_since(now).as_secs_f64());
+        println!(
+            "  {:>4.1} s: {total} acquisitions",
+            args.seconds as f64 - end.saturating_duration_since(now).as_secs_f64()
+        );
         if now >= end {
             break;
         }
