@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls this): every test runs
+# against real redis-server processes that the tests start themselves.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/ensure-redis.sh
+
+if cargo fmt --version >/dev/null 2>&1; then
+  cargo fmt --all -- --check
+else
+  echo "rustfmt not installed: skipping the format check" >&2
+fi
+if cargo clippy --version >/dev/null 2>&1; then
+  cargo clippy --all-targets -- -D warnings
+else
+  echo "clippy not installed: skipping lints" >&2
+fi
+
+# Library, CLI, integration tests and the README/rustdoc examples.
+cargo test
+# The optional `tls` feature must keep compiling.
+cargo check --features tls
+# Benchmarks only as smoke runs (tiny counts): their code must not rot.
+cargo test --bench latency -- --smoke
