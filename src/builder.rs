@@ -6,6 +6,8 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lock::Redlock;
 use crate::node::Node;
+use crate::options::LockOptions;
+use crate::watchdog::Watchdog;
 
 /// Default lock ttl for callers that have no better figure (the CLI, examples).
 ///
@@ -40,20 +42,12 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 /// instantaneous; the reference implementation adds 2 ms for that.
 pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
 
-/// Default mean delay between two attempts of [`Redlock::lock`].
+/// Whether renewals re-create a lock's key on a node that lost it (default on).
 ///
-/// Randomised between half and one and a half times this value so that
-/// clients that collided do not collide again in lock step.
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
-
-/// Default time [`Redlock::lock`] keeps trying before it gives up.
-///
-/// Enough to ride out a short critical section of another holder and a node
-/// restart; short enough that a stuck holder surfaces as an error.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
-
-/// Default minimum validity an acquisition must leave (any positive time).
-pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
+/// A node restarted without persistence comes back empty; while we still hold
+/// a majority elsewhere, setting our key there again (`SET NX`, same token)
+/// restores the margin the lock had. It never overwrites another owner's key.
+pub const DEFAULT_HEAL: bool = true;
 
 /// Settings shared by a client and all its guards.
 #[derive(Debug)]
@@ -62,10 +56,8 @@ pub(crate) struct Config {
     pub(crate) node_timeout: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) drift_fixed: Duration,
-    pub(crate) retry_delay: Duration,
-    pub(crate) wait: Duration,
-    pub(crate) max_attempts: Option<u32>,
-    pub(crate) min_validity: Duration,
+    pub(crate) heal: bool,
+    pub(crate) watchdog: Watchdog,
 }
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
@@ -101,10 +93,8 @@ pub struct RedlockBuilder {
     connect_timeout: Duration,
     drift_factor: f64,
     drift_fixed: Duration,
-    retry_delay: Duration,
-    wait: Duration,
-    max_attempts: Option<u32>,
-    min_validity: Duration,
+    heal: bool,
+    options: LockOptions,
 }
 
 impl Default for RedlockBuilder {
@@ -115,10 +105,8 @@ impl Default for RedlockBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             drift_fixed: DEFAULT_DRIFT_FIXED,
-            retry_delay: DEFAULT_RETRY_DELAY,
-            wait: DEFAULT_WAIT,
-            max_attempts: None,
-            min_validity: DEFAULT_MIN_VALIDITY,
+            heal: DEFAULT_HEAL,
+            options: LockOptions::default(),
         }
     }
 }
@@ -172,31 +160,52 @@ impl RedlockBuilder {
         self
     }
 
-    /// Mean delay between attempts of [`Redlock::lock`], randomised by ±50 %.
-    /// The default is [`DEFAULT_RETRY_DELAY`].
-    pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
+    /// Whether renewals re-create our key on nodes that lost it. The
+    /// default is [`DEFAULT_HEAL`].
+    pub fn heal(mut self, on: bool) -> Self {
+        self.heal = on;
         self
     }
 
-    /// How long [`Redlock::lock`] keeps trying. The default is [`DEFAULT_WAIT`].
+    /// The client's lock settings (see [`LockOptions`]), replacing any set
+    /// with the shortcuts below.
+    pub fn options(mut self, options: LockOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Mean delay between attempts of [`Redlock::lock`], randomised by ±50 %.
+    /// The default is [`crate::DEFAULT_RETRY_DELAY`]. See [`LockOptions::retry_delay`].
+    pub fn retry_delay(mut self, delay: Duration) -> Self {
+        self.options = self.options.retry_delay(delay);
+        self
+    }
+
+    /// How long [`Redlock::lock`] keeps trying. The default is
+    /// [`crate::DEFAULT_WAIT`]. See [`LockOptions::wait`].
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = wait;
+        self.options = self.options.wait(wait);
         self
     }
 
     /// Stop [`Redlock::lock`] after this many attempts even if the wait has
     /// not run out. The default is no limit besides the wait.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = Some(attempts);
+        self.options = self.options.max_attempts(attempts);
         self
     }
 
-    /// Treat an acquisition that leaves less validity than this as failed
-    /// ([`Error::ValidityUsedUp`]), for critical sections that need a known
-    /// amount of time. The default is [`DEFAULT_MIN_VALIDITY`].
+    /// Minimum validity an acquisition must leave. The default is
+    /// [`crate::DEFAULT_MIN_VALIDITY`]. See [`LockOptions::min_validity`].
     pub fn min_validity(mut self, min: Duration) -> Self {
-        self.min_validity = min;
+        self.options = self.options.min_validity(min);
+        self
+    }
+
+    /// Whether the shared watchdog renews held locks. On by default. See
+    /// [`LockOptions::auto_renew`].
+    pub fn auto_renew(mut self, on: bool) -> Self {
+        self.options = self.options.auto_renew(on);
         self
     }
 
@@ -205,7 +214,8 @@ impl RedlockBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for an empty node list, a URL that does not parse,
-    /// a zero node timeout, a drift factor outside `[0, 1)` or zero attempts.
+    /// a zero node or connect timeout, a drift factor outside `[0, 1)` or
+    /// zero attempts.
     /// An even number of nodes is allowed but logged as a warning: it needs
     /// as large a majority as one node more would, and tolerates no more
     /// failures.
@@ -225,9 +235,7 @@ impl RedlockBuilder {
                 self.drift_factor
             )));
         }
-        if self.max_attempts == Some(0) {
-            return Err(Error::Config("max attempts must be at least 1".into()));
-        }
+        self.options.validate()?;
         let nodes = self
             .nodes
             .into_iter()
@@ -258,16 +266,15 @@ impl RedlockBuilder {
                 "even number of nodes: tolerates no more failures than one node fewer"
             );
         }
-        Ok(Redlock::from_config(Arc::new(Config {
+        let config = Config {
             nodes: nodes.into(),
             node_timeout: self.node_timeout,
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
-            retry_delay: self.retry_delay,
-            wait: self.wait,
-            max_attempts: self.max_attempts,
-            min_validity: self.min_validity,
-        })))
+            heal: self.heal,
+            watchdog: Watchdog::default(),
+        };
+        Ok(Redlock::from_config(Arc::new(config), self.options))
     }
 }
 

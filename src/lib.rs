@@ -5,14 +5,19 @@
 
 mod builder;
 mod error;
+mod guard;
 mod lock;
 mod node;
+mod options;
 mod quorum;
 mod scripts;
+mod watchdog;
 
 pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_MIN_VALIDITY,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, DEFAULT_WAIT, RedlockBuilder,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_TTL, RedlockBuilder,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
-pub use lock::{Guard, Redlock, ReleaseReport, Resources};
+pub use guard::{Guard, ReleaseReport};
+pub use lock::{Redlock, Resources};
+pub use options::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, LockOptions};

@@ -1,5 +1,5 @@
-//! The client ([`Redlock`]: `try_lock`, `lock`) and the held lock ([`Guard`]:
-//! `extend`, `release`).
+//! The client ([`Redlock`]: `try_lock`, `lock`, `with_lock`) and the
+//! resource names of a lock ([`Resources`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,7 +9,10 @@ use tokio::time::Instant;
 
 use crate::builder::{Config, RedlockBuilder};
 use crate::error::{Error, Result};
-use crate::quorum::{self, Tally, Until};
+use crate::guard::{Guard, release_all};
+use crate::options::LockOptions;
+use crate::quorum::{self, Until};
+use crate::watchdog::Held;
 
 /// A distributed lock client over N independent Redis nodes (Redlock).
 ///
@@ -40,7 +43,8 @@ use crate::quorum::{self, Tally, Until};
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
+    pub(crate) options: LockOptions,
 }
 
 impl fmt::Debug for Redlock {
@@ -48,6 +52,7 @@ impl fmt::Debug for Redlock {
         f.debug_struct("Redlock")
             .field("nodes", &self.config.nodes)
             .field("quorum", &self.quorum())
+            .field("options", &self.options)
             .finish_non_exhaustive()
     }
 }
@@ -58,8 +63,28 @@ impl Redlock {
         RedlockBuilder::default()
     }
 
-    pub(crate) fn from_config(config: Arc<Config>) -> Self {
-        Redlock { config }
+    pub(crate) fn from_config(config: Arc<Config>, options: LockOptions) -> Self {
+        Redlock { config, options }
+    }
+
+    /// The lock settings this client uses (a copy, to modify and pass to
+    /// [`Redlock::with_options`]).
+    pub fn options(&self) -> LockOptions {
+        self.options.clone()
+    }
+
+    /// A client on the same nodes, connections and watchdog, with other lock
+    /// settings (auto-renewal, waiting, hold limits).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for invalid options (zero attempts).
+    pub fn with_options(&self, options: LockOptions) -> Result<Redlock> {
+        options.validate()?;
+        Ok(Redlock {
+            config: Arc::clone(&self.config),
+            options,
+        })
     }
 
     /// Number of configured nodes.
@@ -105,11 +130,11 @@ impl Redlock {
     }
 
     /// Takes the lock on `resources`, retrying until it succeeds or the
-    /// client's wait ([`RedlockBuilder::wait`]) or attempt budget
-    /// ([`RedlockBuilder::max_attempts`]) runs out.
+    /// client's wait ([`LockOptions::wait`]) or attempt budget
+    /// ([`LockOptions::max_attempts`]) runs out.
     ///
     /// Attempts are spaced by a random delay around
-    /// [`RedlockBuilder::retry_delay`], so that competing clients do not
+    /// [`LockOptions::retry_delay`], so that competing clients do not
     /// collide forever.
     ///
     /// # Errors
@@ -124,7 +149,7 @@ impl Redlock {
     /// As for [`Redlock::try_lock`].
     pub async fn lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Guard> {
         let resources = resources.into().validated()?;
-        let deadline = Instant::now() + self.config.wait;
+        let deadline = Instant::now() + self.options.wait;
         let mut attempts = 0u32;
         loop {
             attempts += 1;
@@ -134,7 +159,7 @@ impl Redlock {
                 Err(e) => e,
             };
             let delay = self.retry_delay();
-            let out_of_attempts = self.config.max_attempts.is_some_and(|max| attempts >= max);
+            let out_of_attempts = self.options.max_attempts.is_some_and(|max| attempts >= max);
             if out_of_attempts || Instant::now() + delay > deadline {
                 return Err(error);
             }
@@ -143,9 +168,73 @@ impl Redlock {
         }
     }
 
+    /// Takes the lock (waiting as [`Redlock::lock`] does), runs `work` while
+    /// holding it, and releases it: the Rust form of an `async with` block.
+    ///
+    /// With auto-renewal (the default) the lock is kept alive for as long as
+    /// `work` runs. If the lock is lost first, `work`'s future is dropped at
+    /// that point (it stops at its next `.await`) and the call returns
+    /// [`Error::Lost`]. The lock is released at the end in every case; when
+    /// `work` panics, the guard's drop releases it in the background.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::lock`], plus [`Error::Lost`]. A release that fails after
+    /// `work` completed is logged, not returned: the work is done.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use quorumlock::Redlock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
+    /// let archived = redlock
+    ///     .with_lock("archive:nightly", Duration::from_secs(30), async |guard| {
+    ///         // Runs on one instance of the fleet at a time; dropped if the lock is lost.
+    ///         println!("holding {:?}", guard.resources());
+    ///         42
+    ///     })
+    ///     .await?;
+    /// assert_eq!(archived, 42);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn with_lock<F, T>(&self, resources: impl Into<Resources>, ttl: Duration, work: F) -> Result<T>
+    where
+        F: AsyncFnOnce(&Guard) -> T,
+    {
+        let guard = self.lock(resources, ttl).await?;
+        let outcome = {
+            let work = work(&guard);
+            tokio::select! {
+                // Work that completed wins over a loss seen in the same poll:
+                // its effects have happened.
+                biased;
+                value = work => Some(value),
+                () = guard.lost() => None,
+            }
+        };
+        match outcome {
+            Some(value) => {
+                if let Err(error) = guard.release().await {
+                    tracing::warn!(%error, "release after with_lock failed; the keys expire with their ttl");
+                }
+                Ok(value)
+            }
+            None => {
+                let error = guard.lost_error(guard.last_confirmed());
+                drop(guard);
+                Err(error)
+            }
+        }
+    }
+
     /// A delay uniformly spread over `[retry_delay / 2, retry_delay * 3 / 2)`.
     fn retry_delay(&self) -> Duration {
-        let base = self.config.retry_delay;
+        let base = self.options.retry_delay;
         base / 2 + base.mul_f64(rand::random::<f64>())
     }
 
@@ -153,7 +242,7 @@ impl Redlock {
     /// and returns it cut to whole milliseconds (the unit Redis stores, so
     /// the validity is computed from the ttl the nodes really apply) with its
     /// drift allowance.
-    fn check_ttl(&self, requested: Duration) -> Result<(Duration, Duration)> {
+    pub(crate) fn check_ttl(&self, requested: Duration) -> Result<(Duration, Duration)> {
         let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
         if ttl.is_zero() {
             return Err(Error::Config(format!(
@@ -161,12 +250,11 @@ impl Redlock {
             )));
         }
         let drift = self.drift(ttl);
-        let config = &self.config;
-        if drift + config.node_timeout >= ttl || config.min_validity + drift >= ttl {
+        let (timeout, min) = (self.config.node_timeout, self.options.min_validity);
+        if drift + timeout >= ttl || min + drift >= ttl {
             return Err(Error::Config(format!(
-                "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout {:?} \
-                 and the minimum validity {:?}",
-                config.node_timeout, config.min_validity
+                "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout \
+                 {timeout:?} and the minimum validity {min:?}"
             )));
         }
         Ok((ttl, drift))
@@ -190,24 +278,24 @@ impl Redlock {
         })
         .await;
         let elapsed = start.elapsed();
+        let min = self.options.min_validity;
         let failure = if tally.reached() {
             match quorum::validity(ttl, elapsed, drift) {
-                Some(left) if left >= self.config.min_validity => {
+                Some(left) if left >= min => {
                     tracing::debug!(resources = ?keys, granted = tally.ok, ?elapsed, ?left, "lock acquired");
-                    return Ok(Guard {
-                        redlock: self.clone(),
-                        resources: resources.clone(),
+                    let valid_until = start + ttl - drift;
+                    let held = Held::new(
+                        resources.clone(),
                         token,
                         ttl,
-                        valid_until: start + ttl - drift,
-                        released: false,
-                    });
+                        start,
+                        valid_until,
+                        tally.ok,
+                        &self.options,
+                    );
+                    return Ok(Guard::new(self.clone(), held, self.options.auto_renew));
                 }
-                _ => Error::ValidityUsedUp {
-                    elapsed,
-                    ttl,
-                    min: self.config.min_validity,
-                },
+                _ => Error::ValidityUsedUp { elapsed, ttl, min },
             }
         } else if tally.refused_by_majority() {
             Error::Held {
@@ -290,201 +378,6 @@ impl<S: AsRef<str>> From<Vec<S>> for Resources {
     fn from(names: Vec<S>) -> Self {
         Resources::from(&names[..])
     }
-}
-
-/// A held lock.
-///
-/// The lock is only trustworthy until [`Guard::valid_until`]; extend it with
-/// [`Guard::extend`] for longer work, and give it back with
-/// [`Guard::release`]. Dropping a guard without releasing it sends the
-/// release in the background when a Tokio runtime is running (it never
-/// blocks), and otherwise leaves the keys to expire after their ttl.
-#[must_use = "dropping the guard releases the lock at once"]
-pub struct Guard {
-    redlock: Redlock,
-    resources: Resources,
-    token: Arc<str>,
-    /// The ttl the keys were last set or extended with.
-    ttl: Duration,
-    valid_until: Instant,
-    released: bool,
-}
-
-impl fmt::Debug for Guard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Guard")
-            .field("resources", &self.resources.names())
-            .field("valid_until", &self.valid_until)
-            .finish_non_exhaustive()
-    }
-}
-
-/// What [`Guard::release`] achieved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseReport {
-    /// Nodes configured.
-    pub nodes: usize,
-    /// Nodes that answered: our token is no longer there.
-    pub confirmed: usize,
-    /// Of those, nodes where our token was still present and was deleted
-    /// (the others had already expired or lost it).
-    pub deleted: usize,
-}
-
-impl Guard {
-    /// The locked resource names.
-    pub fn resources(&self) -> &[String] {
-        self.resources.names()
-    }
-
-    /// The random token (128 bits, hex) stored as the keys' value.
-    pub fn token(&self) -> &str {
-        &self.token
-    }
-
-    /// The instant until which the lock is guaranteed to be ours, on the
-    /// monotonic clock: `start + ttl - drift`, where `start` was taken before
-    /// the first request went out. After it, another owner may hold the lock.
-    pub fn valid_until(&self) -> Instant {
-        self.valid_until
-    }
-
-    /// Time left until [`Guard::valid_until`] (zero once it has passed).
-    pub fn remaining(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
-    }
-
-    /// Resets the lock's ttl to `ttl` on every node that still holds our
-    /// token, and moves [`Guard::valid_until`] to `start + ttl - drift`.
-    ///
-    /// Succeeds only when a majority of all nodes confirmed before the current
-    /// validity ran out. A failed extend never deletes anything: the lock
-    /// stays valid until the old [`Guard::valid_until`].
-    ///
-    /// # Errors
-    ///
-    /// - [`Error::Lost`] when the validity had already passed, or when so many
-    ///   nodes no longer hold our token that no majority can.
-    /// - [`Error::Unreachable`] when failing nodes kept the extend from a
-    ///   majority in time.
-    /// - [`Error::ValidityUsedUp`] when the new validity is below the minimum.
-    /// - [`Error::Config`] for a ttl the client rejects (see
-    ///   [`Redlock::try_lock`]).
-    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let config = &self.redlock.config;
-        let (ttl, drift) = self.redlock.check_ttl(ttl)?;
-        let start = Instant::now();
-        let nodes = config.nodes.len();
-        if start >= self.valid_until {
-            return Err(Error::Lost {
-                confirmed: 0,
-                quorum: quorum::quorum(nodes),
-                nodes,
-            });
-        }
-        // Confirmations count only if they arrive while the lock is still ours.
-        let deadline = (start + config.node_timeout).min(self.valid_until);
-        let keys = self.resources.names();
-        let tally = quorum::fan_out(&config.nodes, deadline, deadline, Until::Decided, |i| {
-            let (nodes, resources, token) = (
-                Arc::clone(&config.nodes),
-                self.resources.clone(),
-                Arc::clone(&self.token),
-            );
-            async move { nodes[i].extend(resources.names(), &token, ttl).await }
-        })
-        .await;
-        let elapsed = start.elapsed();
-        if !tally.reached() {
-            tracing::debug!(resources = ?keys, ?tally, "extend failed");
-            return Err(if tally.refused_by_majority() {
-                Error::Lost {
-                    confirmed: tally.ok,
-                    quorum: tally.quorum(),
-                    nodes,
-                }
-            } else {
-                tally.unreachable()
-            });
-        }
-        match quorum::validity(ttl, elapsed, drift) {
-            Some(left) if left >= config.min_validity => {
-                self.valid_until = start + ttl - drift;
-                self.ttl = self.ttl.max(ttl);
-                tracing::debug!(resources = ?keys, ?left, "lock extended");
-                Ok(())
-            }
-            _ => Err(Error::ValidityUsedUp {
-                elapsed,
-                ttl,
-                min: config.min_validity,
-            }),
-        }
-    }
-
-    /// Deletes the lock's keys on every node, owner-checked, concurrently.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Unreachable`] when fewer than a majority of nodes answered:
-    /// the lock may then block other owners until its ttl runs out.
-    pub async fn release(mut self) -> Result<ReleaseReport> {
-        self.released = true;
-        let config = &self.redlock.config;
-        let deadline = Instant::now() + config.node_timeout;
-        let tally = release_all(config, &self.resources, &self.token, self.ttl, deadline).await;
-        let report = ReleaseReport {
-            nodes: tally.nodes,
-            confirmed: tally.ok + tally.refused,
-            deleted: tally.ok,
-        };
-        if report.confirmed >= tally.quorum() {
-            Ok(report)
-        } else {
-            Err(tally.unreachable())
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if self.released {
-            return;
-        }
-        // Never block in Drop: hand the release to the runtime if there is one.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let config = Arc::clone(&self.redlock.config);
-            let resources = self.resources.clone();
-            let (token, ttl) = (Arc::clone(&self.token), self.ttl);
-            runtime.spawn(async move {
-                let deadline = Instant::now() + config.node_timeout;
-                release_all(&config, &resources, &token, ttl, deadline).await;
-            });
-        }
-    }
-}
-
-/// Owner-checked delete of `resources` on every node, waiting for answers
-/// until `deadline`. `ok` counts nodes where our token was deleted, `refused`
-/// nodes where it was already gone.
-///
-/// A node that has not answered by the deadline keeps its release going in
-/// the background for up to `ttl` (after which the key has expired anyway),
-/// so that it still runs behind a late SET of ours queued on that node.
-async fn release_all(
-    config: &Config,
-    resources: &Resources,
-    token: &Arc<str>,
-    ttl: Duration,
-    deadline: Instant,
-) -> Tally {
-    let finish_by = deadline.max(Instant::now() + ttl);
-    quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
-        let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
-        async move { Ok(nodes[i].release(resources.names(), &token).await? > 0) }
-    })
-    .await
 }
 
 /// A fresh lock token: 128 bits from the thread-local CSPRNG, as 32 hex digits.

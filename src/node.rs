@@ -5,6 +5,7 @@
 //! not applied here but by the quorum layer, which owns the per-node budget.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
@@ -13,6 +14,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisResult};
 use tokio::sync::Mutex;
 
+use crate::lock::Resources;
 use crate::scripts;
 
 /// Numbers connections, so that a failed request discards only its own.
@@ -151,6 +153,50 @@ impl Node {
         let mut cmd = scripts::eval(scripts::EXTEND, keys);
         cmd.arg(token).arg(millis(ttl));
         Ok(self.send::<i64>(cmd).await? == 1)
+    }
+}
+
+/// One lock in a watchdog renewal batch.
+#[derive(Debug)]
+pub(crate) struct RenewItem {
+    pub(crate) keys: Resources,
+    pub(crate) token: Arc<str>,
+    pub(crate) ttl: Duration,
+}
+
+/// Locks per renewal script call. Redis runs a script without serving
+/// anything else; 512 locks keep one call well under a millisecond of server
+/// time, and larger batches are split into several calls sent back to back.
+pub(crate) const RENEW_CHUNK: usize = 512;
+
+impl Node {
+    /// Renews `items` owner-checked in one script call per [`RENEW_CHUNK`]
+    /// locks; returns one status per item (see [`scripts::RENEW`]).
+    pub(crate) async fn renew(&self, items: &[RenewItem], heal: bool) -> RedisResult<Vec<i64>> {
+        let calls = items.chunks(RENEW_CHUNK).map(|chunk| {
+            let keys: Vec<&String> = chunk.iter().flat_map(|item| item.keys.names()).collect();
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(scripts::RENEW)
+                .arg(keys.len())
+                .arg(keys)
+                .arg(if heal { "1" } else { "0" });
+            for item in chunk {
+                cmd.arg(item.keys.names().len())
+                    .arg(&*item.token)
+                    .arg(millis(item.ttl));
+            }
+            self.send::<Vec<i64>>(cmd)
+        });
+        // Sent in order, answered in order: one round trip for all chunks.
+        let replies = futures::future::try_join_all(calls).await?;
+        let statuses: Vec<i64> = replies.into_iter().flatten().collect();
+        if statuses.len() != items.len() {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Parse,
+                "renewal script returned the wrong number of statuses",
+            )));
+        }
+        Ok(statuses)
     }
 }
 

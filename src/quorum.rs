@@ -1,8 +1,10 @@
 //! Concurrent fan-out to all nodes, majority counting, early exit and the
-//! validity arithmetic. Acquire, extend and release all go through
-//! [`fan_out`], so the quorum rules live in one place.
+//! validity arithmetic. Acquire, extend, release and the watchdog's renewals
+//! all go through [`gather`], so deadlines and the quorum rules live in one
+//! place.
 
 use std::future::Future;
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -65,7 +67,7 @@ impl Tally {
         self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
     }
 
-    fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
+    pub(crate) fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
         tracing::debug!(node = node.name(), error = ?kind, "node failed");
         self.errors.push(NodeError {
             node: node.name().to_owned(),
@@ -86,30 +88,32 @@ impl Tally {
     }
 }
 
-/// Sends `op(i)` for every node `i` at once and counts the replies.
+/// Sends `op(i)` to every node `i` at once and feeds each node's outcome to
+/// `on_reply` as it arrives, until `on_reply` says stop or every node has
+/// answered.
 ///
-/// Each node has until `deadline` to answer; a node that has not answered by
-/// then counts as failed with a [`NodeErrorKind::Timeout`]. The caller derives
-/// the deadline from the per-node timeout (and, for extend, the current
-/// validity), so one hung node can never hold the caller past it.
+/// Each node has until `deadline` to answer; every node that has not
+/// answered by then is reported once as a [`NodeErrorKind::Timeout`]. The
+/// caller derives the deadline from the per-node timeout (and, where a lock
+/// is held, its validity), so one hung node can never hold the caller past it.
 ///
-/// Requests still pending when this returns (early exit, or deadline) are not
-/// dropped but handed to a background task that drives them until
+/// Requests still pending when this returns (stopped early, or deadline) are
+/// not dropped but handed to a background task that drives them until
 /// `finish_by`. Dropping them would not be neutral: the redis client skips a
 /// request whose caller went away before it was written (e.g. while the
 /// connection was still being set up), so a lock would be set on a bare
 /// majority instead of on every node that could take it, and a release meant
 /// to follow a late SET on a slow node might never be sent.
-pub(crate) async fn fan_out<F, Fut>(
+pub(crate) async fn gather<T, F, Fut>(
     nodes: &[Node],
     deadline: Instant,
     finish_by: Instant,
-    until: Until,
     mut op: F,
-) -> Tally
-where
+    mut on_reply: impl FnMut(usize, Result<T, NodeErrorKind>) -> ControlFlow<()>,
+) where
+    T: Send + 'static,
     F: FnMut(usize) -> Fut,
-    Fut: Future<Output = RedisResult<bool>> + Send + 'static,
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
     let mut pending: FuturesUnordered<_> = (0..nodes.len())
@@ -119,10 +123,6 @@ where
         })
         .collect();
     let mut answered = vec![false; nodes.len()];
-    let mut tally = Tally {
-        nodes: nodes.len(),
-        ..Tally::default()
-    };
     let timer = tokio::time::sleep_until(deadline);
     tokio::pin!(timer);
     loop {
@@ -134,29 +134,61 @@ where
             },
             () = &mut timer => {
                 let budget = deadline.saturating_duration_since(started);
-                for (i, _) in answered.iter().enumerate().filter(|(_, done)| !**done) {
-                    tally.fail(&nodes[i], NodeErrorKind::Timeout(budget));
+                for i in (0..nodes.len()).filter(|&i| !answered[i]) {
+                    if on_reply(i, Err(NodeErrorKind::Timeout(budget))).is_break() {
+                        break;
+                    }
                 }
                 break;
             }
         };
         answered[i] = true;
-        match outcome {
-            Ok(Ok(true)) => tally.ok += 1,
-            Ok(Ok(false)) => tally.refused += 1,
-            Ok(Err(e)) => tally.fail(&nodes[i], NodeErrorKind::Redis(e)),
-            Err(_elapsed) => {
-                let budget = finish_by.saturating_duration_since(started);
-                tally.fail(&nodes[i], NodeErrorKind::Timeout(budget));
-            }
-        }
-        if until == Until::Decided && tally.decided() {
+        let outcome = match outcome {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(NodeErrorKind::Redis(e)),
+            Err(_elapsed) => Err(NodeErrorKind::Timeout(
+                finish_by.saturating_duration_since(started),
+            )),
+        };
+        if on_reply(i, outcome).is_break() {
             break;
         }
     }
     if !pending.is_empty() {
         tokio::spawn(pending.for_each(|_| async {}));
     }
+}
+
+/// [`gather`] for yes/no operations (acquire, extend, release), counted into
+/// a [`Tally`]; with [`Until::Decided`] it stops once the outcome is certain.
+pub(crate) async fn fan_out<F, Fut>(
+    nodes: &[Node],
+    deadline: Instant,
+    finish_by: Instant,
+    until: Until,
+    op: F,
+) -> Tally
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = RedisResult<bool>> + Send + 'static,
+{
+    let mut tally = Tally {
+        nodes: nodes.len(),
+        ..Tally::default()
+    };
+    gather(nodes, deadline, finish_by, op, |i, outcome| {
+        match outcome {
+            Ok(true) => tally.ok += 1,
+            Ok(false) => tally.refused += 1,
+            Err(kind) => tally.fail(&nodes[i], kind),
+        }
+        if until == Until::Decided && tally.decided() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    })
+    .await;
     tally
 }
 

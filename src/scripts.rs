@@ -68,3 +68,43 @@ for _, key in ipairs(KEYS) do
 end
 return 1
 ";
+
+/// Renews a batch of locks on one node, each owner-checked, with a status
+/// per lock: `1` extended, `2` re-created where missing ("healed"), `0`
+/// missing (not healed), `-1` held by another token (left untouched).
+///
+/// One script per node per watchdog tick instead of one command per lock,
+/// so renewal costs O(nodes) round trips whatever the number of locks.
+/// Atomic per lock for the same reason as [`EXTEND`]; a key of the wrong
+/// type counts as another owner's and affects only its own lock.
+/// KEYS: every lock's keys in order; ARGV: heal flag (`1`/`0`), then per
+/// lock its number of keys, token and ttl in ms.
+pub(crate) const RENEW: &str = r"
+local heal = ARGV[1] == '1'
+local out = {}
+local k, a = 1, 2
+while a <= #ARGV do
+  local n, token, ttl = tonumber(ARGV[a]), ARGV[a + 1], ARGV[a + 2]
+  local status = 1
+  for i = k, k + n - 1 do
+    local v = redis.pcall('GET', KEYS[i])
+    if v == false then
+      status = 0
+    elseif v ~= token then
+      status = -1
+      break
+    end
+  end
+  if status == 1 or (status == 0 and heal) then
+    for i = k, k + n - 1 do
+      if redis.call('PEXPIRE', KEYS[i], ttl) == 0 then
+        redis.call('SET', KEYS[i], token, 'NX', 'PX', ttl)
+      end
+    end
+    if status == 0 then status = 2 end
+  end
+  out[#out + 1] = status
+  k, a = k + n, a + 3
+end
+return out
+";

@@ -1,0 +1,272 @@
+//! [`Guard`]: a held lock. Validity, loss signal, extend, release.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::builder::Config;
+use crate::error::{Error, Result};
+use crate::lock::{Redlock, Resources};
+use crate::quorum::{self, Tally, Until};
+use crate::watchdog::{self, Held};
+
+/// A held lock.
+///
+/// The lock is only trustworthy until [`Guard::valid_until`]. With
+/// auto-renewal (the default) the client's watchdog keeps moving that instant
+/// forward; when it can no longer confirm the lock on a majority of nodes in
+/// time, [`Guard::lost`] completes and [`Guard::is_held`] turns `false`, at
+/// the latest when the validity runs out. Stop the critical section then.
+///
+/// Give the lock back with [`Guard::release`]. Dropping a guard without
+/// releasing it stops its renewal and sends the release in the background
+/// when a Tokio runtime is running (it never blocks); otherwise the keys
+/// expire after their ttl.
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::Redlock;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), quorumlock::Error> {
+/// # let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
+/// let guard = redlock.lock("doc:1001", Duration::from_secs(30)).await?;
+/// tokio::select! {
+///     () = guard.lost() => eprintln!("lock lost: stopping"),
+///     () = async { /* process the document */ } => {}
+/// }
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping the guard releases the lock at once"]
+pub struct Guard {
+    redlock: Redlock,
+    held: Arc<Held>,
+    /// Registration with the watchdog, when auto-renewed.
+    renewal: Option<u64>,
+    released: bool,
+}
+
+impl fmt::Debug for Guard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Guard")
+            .field("resources", &self.held.resources.names())
+            .field("valid_until", &self.held.valid_until())
+            .field("renewed", &self.renewal.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`Guard::release`] achieved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReleaseReport {
+    /// Nodes configured.
+    pub nodes: usize,
+    /// Nodes that answered: our token is no longer there.
+    pub confirmed: usize,
+    /// Of those, nodes where our token was still present and was deleted
+    /// (the others had already expired or lost it).
+    pub deleted: usize,
+}
+
+impl Guard {
+    /// Wraps a fresh lock; registers it with the watchdog when `renew`.
+    pub(crate) fn new(redlock: Redlock, held: Held, renew: bool) -> Guard {
+        let held = Arc::new(held);
+        let renewal = renew.then(|| watchdog::register(&redlock.config, &held));
+        Guard {
+            redlock,
+            held,
+            renewal,
+            released: false,
+        }
+    }
+
+    /// The locked resource names.
+    pub fn resources(&self) -> &[String] {
+        self.held.resources.names()
+    }
+
+    /// The random token (128 bits, hex) stored as the keys' value.
+    pub fn token(&self) -> &str {
+        &self.held.token
+    }
+
+    /// The instant until which the lock is guaranteed to be ours, on the
+    /// monotonic clock: `start + ttl - drift` of the last confirmed round
+    /// (acquire, renewal or extend), where `start` was taken before that
+    /// round's first request. After it, another owner may hold the lock.
+    pub fn valid_until(&self) -> Instant {
+        self.held.valid_until()
+    }
+
+    /// Time left until [`Guard::valid_until`] (zero once it has passed).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is still ours: not lost, and its validity has not
+    /// passed. Check it before each step of a long critical section.
+    pub fn is_held(&self) -> bool {
+        self.held.is_held()
+    }
+
+    /// Completes when the lock is lost: when renewal finds another owner on a
+    /// majority of nodes, or at the latest when [`Guard::valid_until`] passes
+    /// without a confirmed renewal (a local timer, so it fires on time even
+    /// when every node hangs). Completes at once if the lock is already lost.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: drop it and call it again at will.
+    pub async fn lost(&self) {
+        self.held.lost().await;
+    }
+
+    /// Resets the lock's ttl to `ttl` on every node that still holds our
+    /// token, and moves [`Guard::valid_until`] to `start + ttl - drift`.
+    /// Renewals by the watchdog then use the new ttl.
+    ///
+    /// Succeeds only when a majority of all nodes confirmed before the current
+    /// validity ran out. A failed extend never deletes anything: the lock
+    /// stays valid until the old [`Guard::valid_until`].
+    ///
+    /// # Errors
+    ///
+    /// - [`Error::Lost`] when the lock was lost or its validity had passed,
+    ///   or when so many nodes no longer hold our token that no majority can.
+    /// - [`Error::Unreachable`] when failing nodes kept the extend from a
+    ///   majority in time.
+    /// - [`Error::ValidityUsedUp`] when the new validity is below the minimum.
+    /// - [`Error::Config`] for a ttl the client rejects (see
+    ///   [`Redlock::try_lock`]).
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let (ttl, drift) = self.redlock.check_ttl(ttl)?;
+        let config = &self.redlock.config;
+        let start = Instant::now();
+        let valid_until = self.held.valid_until();
+        if self.held.is_lost() || start >= valid_until {
+            return Err(self.lost_error(0));
+        }
+        // Confirmations count only if they arrive while the lock is still ours.
+        let deadline = (start + config.node_timeout).min(valid_until);
+        let tally = quorum::fan_out(&config.nodes, deadline, deadline, Until::Decided, |i| {
+            let (nodes, held) = (Arc::clone(&config.nodes), Arc::clone(&self.held));
+            async move { nodes[i].extend(held.resources.names(), &held.token, ttl).await }
+        })
+        .await;
+        let elapsed = start.elapsed();
+        if !tally.reached() {
+            tracing::debug!(resources = ?self.resources(), ?tally, "extend failed");
+            return Err(if tally.refused_by_majority() {
+                self.lost_error(tally.ok)
+            } else {
+                tally.unreachable()
+            });
+        }
+        let min = self.redlock.options.min_validity;
+        match quorum::validity(ttl, elapsed, drift) {
+            Some(left) if left >= min => {
+                if !self.held.confirm(start, ttl, drift, tally.ok) {
+                    return Err(self.lost_error(tally.ok));
+                }
+                tracing::debug!(resources = ?self.resources(), ?left, "lock extended");
+                Ok(())
+            }
+            _ => Err(Error::ValidityUsedUp { elapsed, ttl, min }),
+        }
+    }
+
+    /// Stops renewal and deletes the lock's keys on every node,
+    /// owner-checked, concurrently.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Unreachable`] when fewer than a majority of nodes answered:
+    /// the lock may then block other owners until its ttl runs out.
+    pub async fn release(mut self) -> Result<ReleaseReport> {
+        self.released = true;
+        self.stop_renewal();
+        let config = &self.redlock.config;
+        let deadline = Instant::now() + config.node_timeout;
+        let held = &self.held;
+        let tally = release_all(config, &held.resources, &held.token, held.ttl(), deadline).await;
+        tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
+        let report = ReleaseReport {
+            nodes: tally.nodes,
+            confirmed: tally.ok + tally.refused,
+            deleted: tally.ok,
+        };
+        if report.confirmed >= tally.quorum() {
+            Ok(report)
+        } else {
+            Err(tally.unreachable())
+        }
+    }
+
+    /// The [`Error::Lost`] for this lock, with `confirmed` nodes.
+    pub(crate) fn lost_error(&self, confirmed: usize) -> Error {
+        let nodes = self.redlock.nodes();
+        Error::Lost {
+            confirmed,
+            quorum: quorum::quorum(nodes),
+            nodes,
+        }
+    }
+
+    /// Nodes that confirmed our token in the last round.
+    pub(crate) fn last_confirmed(&self) -> usize {
+        self.held.confirmed()
+    }
+
+    fn stop_renewal(&mut self) {
+        if let Some(id) = self.renewal.take() {
+            self.redlock.config.watchdog.unregister(id);
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        self.stop_renewal();
+        // Never block in Drop: hand the release to the runtime if there is one.
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (config, held) = (Arc::clone(&self.redlock.config), Arc::clone(&self.held));
+            runtime.spawn(async move {
+                let deadline = Instant::now() + config.node_timeout;
+                release_all(&config, &held.resources, &held.token, held.ttl(), deadline).await;
+            });
+        }
+    }
+}
+
+/// Owner-checked delete of `resources` on every node, waiting for answers
+/// until `deadline`. `ok` counts nodes where our token was deleted, `refused`
+/// nodes where it was already gone.
+///
+/// A node that has not answered by the deadline keeps its release going in
+/// the background for up to `ttl` (after which the key has expired anyway),
+/// so that it still runs behind a late SET of ours queued on that node.
+pub(crate) async fn release_all(
+    config: &Config,
+    resources: &Resources,
+    token: &Arc<str>,
+    ttl: Duration,
+    deadline: Instant,
+) -> Tally {
+    let finish_by = deadline.max(Instant::now() + ttl);
+    quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
+        let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
+        async move { Ok(nodes[i].release(resources.names(), &token).await? > 0) }
+    })
+    .await
+}
