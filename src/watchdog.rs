@@ -234,6 +234,7 @@ pub(crate) fn register(config: &Arc<Config>, held: &Arc<Held>) -> u64 {
 /// due locks in one batch, and ends when no lock is left to renew.
 async fn run(config: Arc<Config>) {
     let watchdog = &config.watchdog;
+    let mut last_tick: Option<Instant> = None;
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
@@ -254,8 +255,11 @@ async fn run(config: Arc<Config>) {
                 let mut wake = valid_until;
                 if let Some((renew_at, retrying)) = held.next_renewal() {
                     // Regular renewals due within half a period join this
-                    // tick: renewing a little early is harmless and keeps the
-                    // number of ticks (and round trips) independent of the
+                    // tick, and the next regular tick comes no sooner than
+                    // half a period after the last: locks acquired at
+                    // scattered times are renewed together (a little early,
+                    // which is harmless, and never late), so the number of
+                    // ticks, and of round trips, does not grow with the
                     // number of locks. Retries keep their exact time.
                     let window = if retrying {
                         Duration::ZERO
@@ -265,7 +269,8 @@ async fn run(config: Arc<Config>) {
                     if renew_at <= now + window {
                         due.push(Arc::clone(held));
                     } else {
-                        wake = wake.min(renew_at - window);
+                        let spaced = last_tick.map_or(now, |t| t + window);
+                        wake = wake.min((renew_at - window).max(spaced));
                     }
                 }
                 next_wake = Some(next_wake.map_or(wake, |w| w.min(wake)));
@@ -280,6 +285,7 @@ async fn run(config: Arc<Config>) {
             );
         }
         if !due.is_empty() {
+            last_tick = Some(now);
             renew(&config, &due).await;
             continue;
         }
