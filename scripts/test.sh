@@ -22,3 +22,4 @@ cargo test
 cargo check --features tls
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
 cargo test --bench latency -- --smoke
+cargo test --bench watchdog -- --smoke

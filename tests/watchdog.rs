@@ -174,7 +174,10 @@ async fn thousand_locks_cost_one_renewal_call_per_node_per_tick() {
     let servers = start_nodes(5);
     // A generous per-node timeout: a round that times out on a loaded
     // machine is retried, which adds ticks this test would count as cost.
-    let redlock = builder(&servers).node_timeout(Duration::from_secs(1)).build().unwrap();
+    let redlock = builder(&servers)
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
     let ttl = Duration::from_secs(3);
     let mut guards = Vec::new();
     for batch in 0..10 {
