@@ -5,6 +5,7 @@
 
 mod builder;
 mod error;
+mod idempotency;
 mod lock;
 mod node;
 mod quorum;
@@ -15,4 +16,5 @@ pub use builder::{
     DEFAULT_NODE_TIMEOUT, DEFAULT_RETRY_DELAY, DEFAULT_TTL, DEFAULT_WAIT, RedlockBuilder,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
+pub use idempotency::{DEFAULT_RESULT_TTL, Idempotency};
 pub use lock::{Guard, Redlock, ReleaseReport, Resources};

@@ -40,7 +40,7 @@ use crate::quorum::{self, Tally, Until};
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    config: Arc<Config>,
+    pub(crate) config: Arc<Config>,
 }
 
 impl fmt::Debug for Redlock {
@@ -153,7 +153,7 @@ impl Redlock {
     /// and returns it cut to whole milliseconds (the unit Redis stores, so
     /// the validity is computed from the ttl the nodes really apply) with its
     /// drift allowance.
-    fn check_ttl(&self, requested: Duration) -> Result<(Duration, Duration)> {
+    pub(crate) fn check_ttl(&self, requested: Duration) -> Result<(Duration, Duration)> {
         let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
         if ttl.is_zero() {
             return Err(Error::Config(format!(
