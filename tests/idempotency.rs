@@ -81,8 +81,9 @@ async fn no_wait_callers_get_in_progress_while_the_first_runs() {
             .run_string("idem:upload:doc-500", TTL, || counted(&runs))
             .await;
         match result {
-            Err(Error::InProgress { pending: 3, nodes: 3 }) => {}
-            other => panic!("expected InProgress with markers on 3 of 3 nodes, got {other:?}"),
+            // The first caller's marker is on every node that answered its claim in time.
+            Err(Error::InProgress { pending, nodes: 3 }) if pending >= 2 => {}
+            other => panic!("expected InProgress with markers on a majority of 3 nodes, got {other:?}"),
         }
     }
     assert_eq!(runs.load(Ordering::SeqCst), 0, "only the first caller runs it");
