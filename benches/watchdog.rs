@@ -67,7 +67,7 @@ struct Cost {
 
 /// Measures `window` of steady state: server script calls and client CPU.
 async fn measure(servers: &[RedisServer], window: Duration) -> Cost {
-    let calls = || servers.iter().map(|s| eval_calls(s)).sum::<u64>();
+    let calls = || servers.iter().map(eval_calls).sum::<u64>();
     let (calls_before, cpu_before) = (calls(), cpu_time());
     tokio::time::sleep(window).await;
     let (calls_after, cpu_after) = (calls(), cpu_time());

@@ -6,6 +6,7 @@
 mod builder;
 mod error;
 mod guard;
+mod idempotency;
 mod lock;
 mod node;
 mod options;
@@ -19,5 +20,6 @@ pub use builder::{
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
 pub use guard::{Guard, ReleaseReport};
+pub use idempotency::{DEFAULT_RESULT_TTL, Idempotency};
 pub use lock::{Redlock, Resources};
 pub use options::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, LockOptions};

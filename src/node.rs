@@ -75,7 +75,7 @@ impl Node {
     /// A node that is down fails the request at once (connection refused)
     /// or after the connect timeout; the next request tries to connect
     /// again, so a restarted node takes part as soon as it is back.
-    async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
+    pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
         let (generation, mut reply) = {
             let mut slot = self.conn.lock().await;
             let (generation, conn) = match &*slot {

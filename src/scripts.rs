@@ -108,3 +108,34 @@ while a <= #ARGV do
 end
 return out
 ";
+
+/// Claims an idempotency key: sets our in-progress marker when the key is
+/// free, and otherwise returns what the key holds.
+///
+/// Atomic so that the caller learns in one step either that it is now the
+/// owner or what stands in its way (another marker, a stored result), and so
+/// that a result written between a `GET` and a `SET NX` cannot be missed.
+/// KEYS: the key; ARGV: marker, ttl in ms. Returns nil when it set the marker,
+/// the current value otherwise.
+pub(crate) const CLAIM: &str = r"
+local current = redis.call('GET', KEYS[1])
+if current then return current end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+";
+
+/// Replaces our in-progress marker with a record (a result or a failure).
+///
+/// Atomic for the same reason as [`RELEASE`]: only the marker's owner may
+/// write the outcome, and only while its marker is still there, so a caller
+/// whose marker expired (and whose key another caller may have claimed)
+/// never overwrites someone else's marker or result.
+/// KEYS: the key; ARGV: our marker, record, ttl in ms. Returns 1 when
+/// written, 0 when the key no longer holds our marker.
+pub(crate) const STORE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+";
