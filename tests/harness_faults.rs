@@ -200,3 +200,115 @@ async fn dropping_the_proxy_aborts_its_tasks_and_connections() {
         "port closed"
     );
 }
+
+fn sync_conn(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// The server's wall clock in microseconds (TIME).
+fn server_time_us(conn: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1_000_000 + micros
+}
+
+fn real_time_us() -> i64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    now.unwrap().as_micros() as i64
+}
+
+#[test]
+fn rate_two_expires_px_4000_after_about_2s() {
+    let clock = SkewedClock::new(2.0, 0);
+    let server = RedisServer::start_skewed(&clock, Persistence::None, &[]);
+    let mut conn = sync_conn(&server);
+    let set_at = std::time::Instant::now();
+    set_foreign(&server, "k", "v", 4000);
+    let set_done = std::time::Instant::now();
+
+    std::thread::sleep(Duration::from_millis(1500).saturating_sub(set_at.elapsed()));
+    let asked = set_done.elapsed();
+    let value: Option<String> = redis::cmd("GET").arg("k").query(&mut conn).unwrap();
+    let ttl = pttl(&server, "k");
+    assert!(
+        set_at.elapsed() < Duration::from_millis(1950),
+        "too slow to check"
+    );
+    assert_eq!(value.as_deref(), Some("v"), "present at ~1.5 s");
+    let fastest_ttl = 4000 - 2 * asked.as_millis() as i64;
+    assert!(
+        ttl > 0 && ttl <= fastest_ttl + 5,
+        "ttl {ttl} ms, at most {fastest_ttl}"
+    );
+
+    std::thread::sleep(Duration::from_millis(2300).saturating_sub(set_done.elapsed()));
+    let value: Option<String> = redis::cmd("GET").arg("k").query(&mut conn).unwrap();
+    assert_eq!(value, None, "gone at ~2.3 s");
+}
+
+#[test]
+fn offset_shows_in_time_but_keeps_relative_expiry_and_survives_restart() {
+    let hour_ms = 3_600_000;
+    let clock = SkewedClock::new(1.0, hour_ms);
+    let mut server = RedisServer::start_skewed(&clock, Persistence::None, &[]);
+    assert!(server.command(&["PING"]).unwrap().starts_with("+PONG"));
+    let skew_ms = |server: &RedisServer| (server_time_us(&mut sync_conn(server)) - real_time_us()) / 1000;
+    let skew = skew_ms(&server);
+    assert!((skew - hour_ms).abs() < 2000, "skew {skew} ms");
+
+    let set_at = std::time::Instant::now();
+    set_foreign(&server, "k", "v", 1000);
+    let ttl = pttl(&server, "k");
+    assert!((900..=1000).contains(&ttl), "ttl {ttl}");
+    std::thread::sleep(Duration::from_millis(500).saturating_sub(set_at.elapsed()));
+    assert_eq!(get(&server, "k").as_deref(), Some("v"));
+    std::thread::sleep(Duration::from_millis(1300).saturating_sub(set_at.elapsed()));
+    assert_eq!(get(&server, "k"), None);
+
+    server.restart();
+    let skew = skew_ms(&server);
+    assert!((skew - hour_ms).abs() < 2000, "after restart: skew {skew} ms");
+}
+
+#[test]
+fn control_file_jump_expires_a_px_5000_key_at_once() {
+    let clock = SkewedClock::new(1.0, 0);
+    let server = RedisServer::start_skewed(&clock, Persistence::None, &[]);
+    let mut conn = sync_conn(&server);
+    let set_at = std::time::Instant::now();
+    set_foreign(&server, "k", "v", 5000);
+    assert_eq!(get(&server, "k").as_deref(), Some("v"));
+    let before = server_time_us(&mut conn);
+    clock.jump(10_000);
+    assert_eq!(get(&server, "k"), None, "expired by the jump");
+    assert!(set_at.elapsed() < Duration::from_secs(1), "not by waiting");
+    let jumped = server_time_us(&mut conn) - before;
+    assert!(jumped >= 10_000_000, "TIME moved {jumped} us");
+}
+
+#[test]
+fn control_file_rate_change_does_not_jump() {
+    let clock = SkewedClock::new(1.0, 0);
+    let server = RedisServer::start_skewed(&clock, Persistence::None, &[]);
+    let mut conn = sync_conn(&server);
+    // Let the clock run a while: a rate change that rescaled the time since
+    // start would now jump by 3 x 300 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    let real = std::time::Instant::now();
+    let before = server_time_us(&mut conn);
+    clock.set_rate(4.0);
+    let moved = server_time_us(&mut conn) - before;
+    let real_us = real.elapsed().as_micros() as i64;
+    assert!(moved <= 4 * real_us + 20_000, "moved {moved} us in {real_us} us");
+
+    let set_at = std::time::Instant::now();
+    set_foreign(&server, "k", "v", 2000);
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(get(&server, "k"), None, "2 s at 4x pass in 0.5 s");
+    assert!(
+        set_at.elapsed() < Duration::from_millis(1900),
+        "too slow to check"
+    );
+}

@@ -9,6 +9,7 @@
 
 pub mod proxy;
 pub mod server;
+pub mod skew;
 
 use std::time::Duration;
 
@@ -17,6 +18,8 @@ pub use proxy::{Fault, Proxy};
 use quorumlock::{Redlock, RedlockBuilder};
 #[allow(unused_imports)]
 pub use server::{Persistence, RedisServer, start_nodes, urls};
+#[allow(unused_imports)]
+pub use skew::SkewedClock;
 
 /// A builder over `servers` with a per-node timeout generous enough for a
 /// loaded CI machine running many tests at once (tests about timeouts set
