@@ -312,3 +312,37 @@ fn control_file_rate_change_does_not_jump() {
         "too slow to check"
     );
 }
+
+#[test]
+fn aof_restart_keeps_a_key() {
+    let mut server = RedisServer::start_with(Persistence::AofAlways, &[]);
+    set_foreign(&server, "k", "v", 60_000);
+    server.kill();
+    assert!(!server.is_running());
+    assert!(server.command(&["PING"]).is_err(), "down");
+    server.restart();
+    assert_eq!(get(&server, "k").as_deref(), Some("v"));
+    let ttl = pttl(&server, "k");
+    assert!(ttl > 50_000 && ttl <= 60_000, "ttl {ttl}");
+}
+
+#[test]
+fn aof_restart_after_the_ttl_has_no_key() {
+    let mut server = RedisServer::start_with(Persistence::AofAlways, &[]);
+    let set_at = std::time::Instant::now();
+    set_foreign(&server, "k", "v", 800);
+    server.kill();
+    std::thread::sleep(Duration::from_millis(1000).saturating_sub(set_at.elapsed()));
+    server.restart();
+    assert_eq!(get(&server, "k"), None, "the absolute expiry survived");
+}
+
+#[test]
+fn no_persistence_restart_loses_a_key() {
+    let mut server = RedisServer::start_with(Persistence::None, &[]);
+    set_foreign(&server, "k", "v", 60_000);
+    server.kill();
+    server.restart();
+    assert_eq!(get(&server, "k"), None);
+    assert_eq!(dbsize(&server), 0);
+}
