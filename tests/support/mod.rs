@@ -1,14 +1,25 @@
 //! Shared test harness: real `redis-server` processes and small helpers.
+//!
+//! Fault injection for the chaos suite: [`proxy`] (latency, black hole,
+//! refusal, resets between a client and one node), [`skew`] (a node's wall
+//! clock running fast, slow or jumping) and [`server`] (kill, restart with or
+//! without AOF, SIGSTOP pauses).
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod proxy;
 pub mod server;
+pub mod skew;
 
 use std::time::Duration;
 
+#[allow(unused_imports)]
+pub use proxy::{Fault, Proxy};
 use quorumlock::{Redlock, RedlockBuilder};
 #[allow(unused_imports)]
 pub use server::{Persistence, RedisServer, start_nodes, urls};
+#[allow(unused_imports)]
+pub use skew::SkewedClock;
 
 /// A builder over `servers` with a per-node timeout generous enough for a
 /// loaded CI machine running many tests at once (tests about timeouts set

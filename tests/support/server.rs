@@ -44,6 +44,9 @@ pub struct RedisServer {
     dir: PathBuf,
     persistence: Persistence,
     extra_args: Vec<String>,
+    /// Extra environment variables for the process (e.g. `LD_PRELOAD` for
+    /// the clock-skew shim), applied again on every restart.
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -62,6 +65,22 @@ impl RedisServer {
 
     /// Starts a server, or explains why it could not.
     pub fn try_start(persistence: Persistence, extra_args: &[&str]) -> io::Result<RedisServer> {
+        Self::try_start_env(persistence, extra_args, &[])
+    }
+
+    /// Like [`RedisServer::start_with`], with extra environment variables
+    /// for the process (kept for restarts), panicking when it cannot start.
+    pub fn start_env(persistence: Persistence, extra_args: &[&str], env: &[(&str, String)]) -> RedisServer {
+        Self::try_start_env(persistence, extra_args, env).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts a server with extra environment variables, or explains why it
+    /// could not.
+    pub fn try_start_env(
+        persistence: Persistence,
+        extra_args: &[&str],
+        env: &[(&str, String)],
+    ) -> io::Result<RedisServer> {
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let mut server = RedisServer {
@@ -69,6 +88,7 @@ impl RedisServer {
                 dir: fresh_dir()?,
                 persistence,
                 extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+                env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
                 child: None,
             };
             match server.spawn() {
@@ -175,6 +195,7 @@ impl RedisServer {
             Persistence::AofAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
         };
         cmd.args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
