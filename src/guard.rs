@@ -98,6 +98,14 @@ impl Guard {
         &self.held.token
     }
 
+    /// The fencing token agreed at acquisition, when the lock was taken with
+    /// [`crate::LockOptions::fenced`]: larger than the token of every earlier
+    /// holder of these resources. Pass it to the protected resource (e.g.
+    /// [`crate::FencedWrite`]) so that it can refuse a stale holder.
+    pub fn fence_token(&self) -> Option<u64> {
+        self.held.fence
+    }
+
     /// The instant until which the lock is guaranteed to be ours, on the
     /// monotonic clock: `start + ttl - drift` of the last confirmed round
     /// (acquire, renewal or extend), where `start` was taken before that

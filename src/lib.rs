@@ -5,6 +5,7 @@
 
 mod builder;
 mod error;
+mod fence;
 mod guard;
 mod idempotency;
 mod lock;
@@ -19,6 +20,7 @@ pub use builder::{
     DEFAULT_TTL, RedlockBuilder,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
+pub use fence::{FENCE_ROUNDS, Fenced, FencedWrite};
 pub use guard::{Guard, ReleaseReport};
 pub use idempotency::{DEFAULT_RESULT_TTL, Idempotency};
 pub use lock::{Redlock, Resources};

@@ -3,11 +3,13 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::builder::{Config, RedlockBuilder};
+use crate::fence;
 use crate::error::{Error, Result};
 use crate::guard::{Guard, release_all};
 use crate::options::LockOptions;
@@ -272,30 +274,33 @@ impl Redlock {
         let nodes = &self.config.nodes;
         let start = Instant::now();
         let deadline = start + self.config.node_timeout;
+        // Fenced: each node's fence value, folded into a running maximum.
+        let fence_floor = self.options.fenced.then(|| Arc::new(AtomicU64::new(0)));
         let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
             let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
-            async move { nodes[i].acquire(resources.names(), &token, ttl).await }
+            let fence_floor = fence_floor.clone();
+            async move { nodes[i].acquire(resources.names(), &token, ttl, fence_floor.as_deref()).await }
         })
         .await;
-        let elapsed = start.elapsed();
+        let valid_until = start + ttl - drift;
         let min = self.options.min_validity;
         let failure = if tally.reached() {
-            match quorum::validity(ttl, elapsed, drift) {
-                Some(left) if left >= min => {
-                    tracing::debug!(resources = ?keys, granted = tally.ok, ?elapsed, ?left, "lock acquired");
-                    let valid_until = start + ttl - drift;
-                    let held = Held::new(
-                        resources.clone(),
-                        token,
-                        ttl,
-                        start,
-                        valid_until,
-                        tally.ok,
-                        &self.options,
-                    );
+            let fence = match &fence_floor {
+                Some(floor) => fence::propose(&self.config, keys, floor.load(Ordering::Relaxed), valid_until)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            };
+            let elapsed = start.elapsed();
+            match (fence, quorum::validity(ttl, elapsed, drift)) {
+                (Ok(fence), Some(left)) if left >= min => {
+                    tracing::debug!(resources = ?keys, granted = tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
+                    let held =
+                        Held::new(resources.clone(), token, fence, ttl, start, valid_until, tally.ok, &self.options);
                     return Ok(Guard::new(self.clone(), held, self.options.auto_renew));
                 }
-                _ => Error::ValidityUsedUp { elapsed, ttl, min },
+                (Err(e), _) => e,
+                (Ok(_), _) => Error::ValidityUsedUp { elapsed, ttl, min },
             }
         } else if tally.refused_by_majority() {
             Error::Held {
@@ -305,7 +310,7 @@ impl Redlock {
         } else {
             tally.unreachable()
         };
-        tracing::debug!(resources = ?keys, ?elapsed, error = %failure, "lock attempt failed");
+        tracing::debug!(resources = ?keys, elapsed = ?start.elapsed(), error = %failure, "lock attempt failed");
         // Every node gets the release, within what is left of this attempt's
         // budget: a node that has not answered yet still gets it queued
         // behind its SET on the same connection (so it runs after the SET),

@@ -125,10 +125,30 @@ impl Node {
         Ok(redis::from_redis_value(result?)?)
     }
 
-    /// `SET NX PX` for one key, the acquire script for several.
-    /// Returns whether this node granted every key.
-    pub(crate) async fn acquire(&self, keys: &[String], token: &str, ttl: Duration) -> RedisResult<bool> {
+    /// `SET NX PX` for one key, the acquire script for several; with
+    /// `fence`, the fenced acquire script, whose fence value is folded into
+    /// `fence` (a running maximum). Returns whether this node granted every key.
+    pub(crate) async fn acquire(
+        &self,
+        keys: &[String],
+        token: &str,
+        ttl: Duration,
+        fence: Option<&AtomicU64>,
+    ) -> RedisResult<bool> {
         let ttl_ms = millis(ttl);
+        if let Some(fence) = fence {
+            let fence_keys: Vec<String> = keys.iter().map(|k| crate::fence::fence_key(k)).collect();
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(scripts::FENCED_ACQUIRE)
+                .arg(keys.len() * 2)
+                .arg(keys)
+                .arg(&fence_keys)
+                .arg(token)
+                .arg(ttl_ms);
+            let (granted, value): (i64, u64) = self.send(cmd).await?;
+            fence.fetch_max(value, Ordering::Relaxed);
+            return Ok(granted == 1);
+        }
         if let [key] = keys {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
@@ -139,6 +159,15 @@ impl Node {
             cmd.arg(token).arg(ttl_ms);
             Ok(self.send::<i64>(cmd).await? == 1)
         }
+    }
+
+    /// Fenced acquire, phase 2: proposes `token` for the fence keys.
+    /// Returns whether the node accepted it, and its highest fence.
+    pub(crate) async fn propose_fence(&self, fence_keys: &[String], token: u64) -> RedisResult<(bool, u64)> {
+        let mut cmd = scripts::eval(scripts::PROPOSE, fence_keys);
+        cmd.arg(token);
+        let (accepted, highest): (i64, u64) = self.send(cmd).await?;
+        Ok((accepted == 1, highest))
     }
 
     /// Owner-checked delete. Returns how many keys still held our token.

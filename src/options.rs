@@ -49,6 +49,7 @@ pub struct LockOptions {
     pub(crate) auto_renew: bool,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) max_renewals: Option<u32>,
+    pub(crate) fenced: bool,
 }
 
 impl Default for LockOptions {
@@ -61,6 +62,7 @@ impl Default for LockOptions {
             auto_renew: true,
             max_hold: None,
             max_renewals: None,
+            fenced: false,
         }
     }
 }
@@ -120,6 +122,16 @@ impl LockOptions {
     /// Stop renewing after this many renewals (see [`LockOptions::max_hold`]).
     pub fn max_renewals(mut self, limit: u32) -> Self {
         self.max_renewals = Some(limit);
+        self
+    }
+
+    /// Whether acquisitions also agree on a fencing token
+    /// ([`crate::Guard::fence_token`]): a number that grows with every new
+    /// holder of the resource, for the resource to refuse a stale holder's
+    /// writes (see [`crate::FencedWrite`]). Costs one more round trip per
+    /// acquisition. Off by default.
+    pub fn fenced(mut self, on: bool) -> Self {
+        self.fenced = on;
         self
     }
 

@@ -139,3 +139,82 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0
 ";
+
+/// Fenced acquire, phase 1: the acquire of [`ACQUIRE`] that also returns the
+/// node's fence value for the resources: the highest stored fence, floored
+/// by the node's clock in microseconds (so that values keep growing after a
+/// restart that lost the stored fences).
+///
+/// Atomic so that the fence value read belongs to the same instant as the
+/// grant. KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
+/// ms. Returns `{granted (1/0), fence}`.
+pub(crate) const FENCED_ACQUIRE: &str = r"
+local n = #KEYS / 2
+local now = redis.call('TIME')
+local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+for i = n + 1, 2 * n do
+  local stored = tonumber(redis.call('GET', KEYS[i]))
+  if stored and stored > fence then fence = stored end
+end
+for i = 1, n do
+  if redis.call('EXISTS', KEYS[i]) == 1 then return {0, fence} end
+end
+for i = 1, n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return {1, fence}
+";
+
+/// Fenced acquire, phase 2: accepts the proposed token `T` only if every
+/// fence of the resources is below it, then raises them all to `T`.
+///
+/// Atomic so that a node accepts each value at most once: two proposals of
+/// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`.
+/// Returns `{1, T}` when accepted, `{0, highest fence}` when not.
+pub(crate) const PROPOSE: &str = r"
+local proposed = tonumber(ARGV[1])
+local highest = 0
+for _, key in ipairs(KEYS) do
+  local stored = tonumber(redis.call('GET', key)) or 0
+  if stored > highest then highest = stored end
+end
+if highest >= proposed then return {0, highest} end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[1])
+end
+return {1, proposed}
+";
+
+/// A fenced write to caller data: applies the operation only when the
+/// caller's token is at least the highest token seen for the resource, and
+/// then records the token as seen.
+///
+/// Atomic so that the check and the write cannot be separated by a write of
+/// a newer holder. Owner-free: it needs no lock, only the token. KEYS: the
+/// "highest token seen" key, the data key; ARGV: token, operation (`set`
+/// value | `incrby` delta min). Returns `{1, value}` when applied, `{-1,
+/// seen}` when the token is stale, `{0, current}` when `incrby` would go
+/// below `min`. A data key of the wrong kind is an error reply with code
+/// `BADKEY`.
+pub(crate) const FENCED_WRITE: &str = r"
+local kind = redis.call('TYPE', KEYS[2])['ok']
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('BADKEY key ' .. KEYS[2] .. ' holds a ' .. kind .. ', not a string')
+end
+local token = tonumber(ARGV[1])
+local seen = tonumber(redis.call('GET', KEYS[1])) or 0
+if token < seen then return {-1, tostring(redis.call('GET', KEYS[1]))} end
+if ARGV[2] == 'set' then
+  redis.call('SET', KEYS[2], ARGV[3])
+  redis.call('SET', KEYS[1], ARGV[1])
+  return {1, ARGV[3]}
+end
+local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+if current == nil then
+  return redis.error_reply('BADKEY key ' .. KEYS[2] .. ' does not hold an integer')
+end
+if current + tonumber(ARGV[3]) < tonumber(ARGV[4]) then return {0, tostring(current)} end
+local value = redis.call('INCRBY', KEYS[2], ARGV[3])
+redis.call('SET', KEYS[1], ARGV[1])
+return {1, tostring(value)}
+";

@@ -42,6 +42,8 @@ pub(crate) const RENEW_DIVISOR: u32 = 3;
 pub(crate) struct Held {
     pub(crate) resources: Resources,
     pub(crate) token: Arc<str>,
+    /// The fencing token agreed at acquisition, if fenced.
+    pub(crate) fence: Option<u64>,
     /// Fired once, by whoever sees the loss first (watchdog or local timer).
     lost: CancellationToken,
     state: Mutex<State>,
@@ -65,9 +67,11 @@ struct State {
 }
 
 impl Held {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         resources: Resources,
         token: Arc<str>,
+        fence: Option<u64>,
         ttl: Duration,
         start: Instant,
         valid_until: Instant,
@@ -77,6 +81,7 @@ impl Held {
         Held {
             resources,
             token,
+            fence,
             lost: CancellationToken::new(),
             state: Mutex::new(State {
                 ttl,
@@ -389,7 +394,7 @@ mod tests {
 
     fn held(ttl: Duration, options: &LockOptions) -> Held {
         let now = Instant::now();
-        Held::new(Resources::from("r"), "t".into(), ttl, now, now + ttl, 1, options)
+        Held::new(Resources::from("r"), "t".into(), None, ttl, now, now + ttl, 1, options)
     }
 
     #[tokio::test]
