@@ -6,7 +6,8 @@
 //!   majority, then an owner-checked release script (`EVALSHA`, preloaded)
 //!   to every node at once, sent with the redis crate directly: what a lock
 //!   costs with nothing in between;
-//! - quorumlock: `try_lock` + `release`.
+//! - quorumlock: `try_lock` + `release`;
+//! - quorumlock fenced: the same with fencing tokens (one more round trip).
 //!
 //! Short rounds alternate between the two so that machine noise (large on
 //! shared machines) hits both alike; the table gives the median over rounds
@@ -63,26 +64,32 @@ fn main() {
         settings.rounds, settings.cycles
     );
     println!();
-    println!("| N | raw p50 us | ours p50 us | ratio p50 | raw p99 us | ours p99 us | ratio p99 |");
-    println!("|--:|-----------:|------------:|----------:|-----------:|------------:|----------:|");
+    println!(
+        "| N | raw p50 us | ours p50 us | ratio p50 | raw p99 us | ours p99 us | ratio p99 | fenced p50 us | fenced / ours p50 |"
+    );
+    println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for n in [1, 5] {
         let nodes = &servers[..n];
-        let (raw, ours) = runtime.block_on(measure(nodes, &settings));
+        let (raw, ours, fenced) = runtime.block_on(measure(nodes, &settings));
         let median_of = |f: &dyn Fn(usize) -> f64| median((0..raw.len()).map(f).collect());
         println!(
-            "| {n} | {:>10.0} | {:>11.0} | {:>9.3} | {:>10.0} | {:>11.0} | {:>9.3} |",
+            "| {n} | {:.0} | {:.0} | {:.3} | {:.0} | {:.0} | {:.3} | {:.0} | {:.3} |",
             median_of(&|i| raw[i].0),
             median_of(&|i| ours[i].0),
             median_of(&|i| ours[i].0 / raw[i].0),
             median_of(&|i| raw[i].1),
             median_of(&|i| ours[i].1),
             median_of(&|i| ours[i].1 / raw[i].1),
+            median_of(&|i| fenced[i].0),
+            median_of(&|i| fenced[i].0 / ours[i].0),
         );
     }
 }
 
-/// Per round: (p50, p99) in microseconds, for raw and for quorumlock.
-async fn measure(nodes: &[RedisServer], s: &Settings) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+type Rounds = Vec<(f64, f64)>;
+
+/// Per round: (p50, p99) in microseconds, for raw, quorumlock and fenced.
+async fn measure(nodes: &[RedisServer], s: &Settings) -> (Rounds, Rounds, Rounds) {
     let mut conns = Vec::new();
     for node in nodes {
         let client = redis::Client::open(node.url()).unwrap();
@@ -96,8 +103,9 @@ async fn measure(nodes: &[RedisServer], s: &Settings) -> (Vec<(f64, f64)>, Vec<(
         .nodes(nodes.iter().map(RedisServer::url))
         .build()
         .unwrap();
+    let fenced = redlock.with_options(redlock.options().fenced(true)).unwrap();
     let ttl = Duration::from_secs(10);
-    let (mut raw, mut ours) = (Vec::new(), Vec::new());
+    let (mut raw, mut ours, mut fenced_rounds) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..s.rounds {
         let mut samples = Vec::with_capacity(s.cycles);
         for i in 0..s.warmup + s.cycles {
@@ -122,8 +130,22 @@ async fn measure(nodes: &[RedisServer], s: &Settings) -> (Vec<(f64, f64)>, Vec<(
             }
         }
         ours.push(percentiles(&mut samples));
+        samples.clear();
+        for i in 0..s.warmup + s.cycles {
+            let started = Instant::now();
+            let guard = fenced
+                .try_lock(format!("qf:{round}:{i}"), ttl)
+                .await
+                .unwrap()
+                .unwrap();
+            guard.release().await.unwrap();
+            if i >= s.warmup {
+                samples.push(started.elapsed());
+            }
+        }
+        fenced_rounds.push(percentiles(&mut samples));
     }
-    (raw, ours)
+    (raw, ours, fenced_rounds)
 }
 
 /// Loads the raw release script on a node and returns its SHA1.

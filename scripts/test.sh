@@ -20,6 +20,9 @@ fi
 cargo test
 # The optional `tls` feature must keep compiling.
 cargo check --features tls
+# Examples, in their short mode (each asserts its outcome).
+cargo run --quiet --example inventory -- --short
+cargo run --quiet --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
 cargo test --bench latency -- --smoke
 cargo test --bench watchdog -- --smoke

@@ -53,7 +53,12 @@ pub(crate) fn fence_key(resource: &str) -> String {
 
 /// Phase 2: agrees on a token above `floor` for `resources` on a majority,
 /// each round bounded by the per-node timeout and by `valid_until`.
-pub(crate) async fn propose(config: &Config, resources: &[String], floor: u64, valid_until: Instant) -> Result<u64> {
+pub(crate) async fn propose(
+    config: &Config,
+    resources: &[String],
+    floor: u64,
+    valid_until: Instant,
+) -> Result<u64> {
     let fence_keys: Arc<[String]> = resources.iter().map(|r| fence_key(r)).collect();
     let mut proposal = floor + 1;
     let mut rounds = 1;
@@ -61,7 +66,11 @@ pub(crate) async fn propose(config: &Config, resources: &[String], floor: u64, v
         let deadline = (Instant::now() + config.node_timeout).min(valid_until);
         let highest = Arc::new(AtomicU64::new(0));
         let round = quorum::fan_out(&config.nodes, deadline, deadline, Until::Decided, |i| {
-            let (nodes, keys, highest) = (Arc::clone(&config.nodes), Arc::clone(&fence_keys), Arc::clone(&highest));
+            let (nodes, keys, highest) = (
+                Arc::clone(&config.nodes),
+                Arc::clone(&fence_keys),
+                Arc::clone(&highest),
+            );
             async move {
                 let (accepted, value) = nodes[i].propose_fence(&keys, proposal).await?;
                 highest.fetch_max(value, Ordering::Relaxed);
@@ -201,7 +210,10 @@ impl FencedWrite {
         let (status, value): (i64, String) = match cmd.query_async(store).await {
             Ok(reply) => reply,
             Err(e) if e.code() == Some("BADKEY") => {
-                return Err(Error::Config(format!("fenced write: {}", e.detail().unwrap_or_default())));
+                return Err(Error::Config(format!(
+                    "fenced write: {}",
+                    e.detail().unwrap_or_default()
+                )));
             }
             Err(e) => {
                 return Err(Error::Unreachable {
@@ -242,8 +254,8 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    use super::*;
     use super::test_server as server;
+    use super::*;
     use crate::Redlock;
 
     /// Many proposers racing on one resource's fences (what happens when a
@@ -277,6 +289,11 @@ mod tests {
         }
         let unique: HashSet<u64> = tokens.iter().copied().collect();
         assert!(!tokens.is_empty(), "some proposals won");
-        assert_eq!(unique.len(), tokens.len(), "duplicate tokens among {} wins", tokens.len());
+        assert_eq!(
+            unique.len(),
+            tokens.len(),
+            "duplicate tokens among {} wins",
+            tokens.len()
+        );
     }
 }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::builder::{Config, RedlockBuilder};
-use crate::fence;
 use crate::error::{Error, Result};
+use crate::fence;
 use crate::guard::{Guard, release_all};
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
@@ -279,7 +279,11 @@ impl Redlock {
         let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
             let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
             let fence_floor = fence_floor.clone();
-            async move { nodes[i].acquire(resources.names(), &token, ttl, fence_floor.as_deref()).await }
+            async move {
+                nodes[i]
+                    .acquire(resources.names(), &token, ttl, fence_floor.as_deref())
+                    .await
+            }
         })
         .await;
         let valid_until = start + ttl - drift;
@@ -295,8 +299,16 @@ impl Redlock {
             match (fence, quorum::validity(ttl, elapsed, drift)) {
                 (Ok(fence), Some(left)) if left >= min => {
                     tracing::debug!(resources = ?keys, granted = tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
-                    let held =
-                        Held::new(resources.clone(), token, fence, ttl, start, valid_until, tally.ok, &self.options);
+                    let held = Held::new(
+                        resources.clone(),
+                        token,
+                        fence,
+                        ttl,
+                        start,
+                        valid_until,
+                        tally.ok,
+                        &self.options,
+                    );
                     return Ok(Guard::new(self.clone(), held, self.options.auto_renew));
                 }
                 (Err(e), _) => e,

@@ -394,7 +394,16 @@ mod tests {
 
     fn held(ttl: Duration, options: &LockOptions) -> Held {
         let now = Instant::now();
-        Held::new(Resources::from("r"), "t".into(), None, ttl, now, now + ttl, 1, options)
+        Held::new(
+            Resources::from("r"),
+            "t".into(),
+            None,
+            ttl,
+            now,
+            now + ttl,
+            1,
+            options,
+        )
     }
 
     #[tokio::test]

@@ -53,7 +53,10 @@ async fn tokens_strictly_increase_across_holders_and_restarts_without_persistenc
                 server.restart();
             }
         }
-        let guard = clients[i % clients.len()].lock("sku:1", Duration::from_secs(5)).await.unwrap();
+        let guard = clients[i % clients.len()]
+            .lock("sku:1", Duration::from_secs(5))
+            .await
+            .unwrap();
         let token = guard.fence_token().expect("fenced lock has a token");
         assert!(token > last, "acquisition {i}: token {token} after {last}");
         last = token;
@@ -64,7 +67,11 @@ async fn tokens_strictly_increase_across_holders_and_restarts_without_persistenc
 #[tokio::test]
 async fn a_plain_lock_has_no_fence_token() {
     let servers = start_nodes(1);
-    let guard = client(&servers).try_lock("plain", Duration::from_secs(5)).await.unwrap().unwrap();
+    let guard = client(&servers)
+        .try_lock("plain", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(guard.fence_token(), None);
     guard.release().await.unwrap();
 }
@@ -79,24 +86,42 @@ async fn a_write_with_an_older_token_is_rejected_after_a_newer_holder_wrote() {
     let stale_client = stale_client
         .with_options(stale_client.options().auto_renew(false))
         .unwrap();
-    let stale = stale_client.lock("order:9", Duration::from_secs(1)).await.unwrap();
+    let stale = stale_client
+        .lock("order:9", Duration::from_secs(1))
+        .await
+        .unwrap();
     let old = stale.fence_token().unwrap();
     assert_eq!(
-        FencedWrite::new("order:9", old).set(&mut conn, "order:9:state", "paid").await.unwrap(),
+        FencedWrite::new("order:9", old)
+            .set(&mut conn, "order:9:state", "paid")
+            .await
+            .unwrap(),
         Fenced::Applied(None),
         "the holder may write while no newer holder has"
     );
     stale.lost().await;
 
-    let current = fenced(&servers).lock("order:9", Duration::from_secs(5)).await.unwrap();
+    let current = fenced(&servers)
+        .lock("order:9", Duration::from_secs(5))
+        .await
+        .unwrap();
     let new = current.fence_token().unwrap();
     assert!(new > old);
     let write = FencedWrite::new("order:9", new);
-    assert_eq!(write.set(&mut conn, "order:9:state", "shipped").await.unwrap(), Fenced::Applied(None));
+    assert_eq!(
+        write.set(&mut conn, "order:9:state", "shipped").await.unwrap(),
+        Fenced::Applied(None)
+    );
     // The same holder may write again.
-    assert_eq!(write.set(&mut conn, "order:9:state", "delivered").await.unwrap(), Fenced::Applied(None));
+    assert_eq!(
+        write.set(&mut conn, "order:9:state", "delivered").await.unwrap(),
+        Fenced::Applied(None)
+    );
 
-    let late = FencedWrite::new("order:9", old).set(&mut conn, "order:9:state", "refunded").await.unwrap();
+    let late = FencedWrite::new("order:9", old)
+        .set(&mut conn, "order:9:state", "refunded")
+        .await
+        .unwrap();
     assert_eq!(late, Fenced::Stale { seen: new });
     assert_eq!(get(&data, "order:9:state").as_deref(), Some("delivered"));
     current.release().await.unwrap();
@@ -108,8 +133,14 @@ async fn fenced_decrement_stops_at_its_minimum() {
     let mut conn = store(&data).await;
     set_foreign(&data, "stock:7", "2", 60_000);
     let write = FencedWrite::new("sku:7", 10);
-    assert_eq!(write.incr_by(&mut conn, "stock:7", -1, 0).await.unwrap(), Fenced::Applied(Some(1)));
-    assert_eq!(write.incr_by(&mut conn, "stock:7", -1, 0).await.unwrap(), Fenced::Applied(Some(0)));
+    assert_eq!(
+        write.incr_by(&mut conn, "stock:7", -1, 0).await.unwrap(),
+        Fenced::Applied(Some(1))
+    );
+    assert_eq!(
+        write.incr_by(&mut conn, "stock:7", -1, 0).await.unwrap(),
+        Fenced::Applied(Some(0))
+    );
     assert_eq!(
         write.incr_by(&mut conn, "stock:7", -1, 0).await.unwrap(),
         Fenced::BelowMin { current: 0 }
@@ -129,21 +160,40 @@ async fn overlapping_holders_after_restarts_without_persistence_cannot_oversell(
     let stock = 5;
     set_foreign(&data, "stock:sku", &stock.to_string(), 600_000);
 
-    let first = fenced(&servers).lock("sku", Duration::from_secs(30)).await.unwrap();
+    let first = fenced(&servers)
+        .lock("sku", Duration::from_secs(30))
+        .await
+        .unwrap();
     for server in &mut servers {
         server.restart();
     }
-    let second = fenced(&servers).lock("sku", Duration::from_secs(30)).await.unwrap();
+    let second = fenced(&servers)
+        .lock("sku", Duration::from_secs(30))
+        .await
+        .unwrap();
     assert!(first.is_held(), "the lock is violated: both believe they hold it");
     let (old, new) = (first.fence_token().unwrap(), second.fence_token().unwrap());
     assert!(new > old, "the time floor orders the tokens: {old} then {new}");
 
     // Each sells one unit; the newer holder writes first.
-    let sold_new = FencedWrite::new("sku", new).incr_by(&mut conn, "stock:sku", -1, 0).await.unwrap();
-    let sold_old = FencedWrite::new("sku", old).incr_by(&mut conn, "stock:sku", -1, 0).await.unwrap();
+    let sold_new = FencedWrite::new("sku", new)
+        .incr_by(&mut conn, "stock:sku", -1, 0)
+        .await
+        .unwrap();
+    let sold_old = FencedWrite::new("sku", old)
+        .incr_by(&mut conn, "stock:sku", -1, 0)
+        .await
+        .unwrap();
     assert_eq!(sold_new, Fenced::Applied(Some(stock - 1)));
-    assert_eq!(sold_old, Fenced::Stale { seen: new }, "the stale holder's write is refused");
-    let accepted = [sold_new, sold_old].iter().filter(|s| matches!(s, Fenced::Applied(_))).count() as i64;
+    assert_eq!(
+        sold_old,
+        Fenced::Stale { seen: new },
+        "the stale holder's write is refused"
+    );
+    let accepted = [sold_new, sold_old]
+        .iter()
+        .filter(|s| matches!(s, Fenced::Applied(_)))
+        .count() as i64;
     let left: i64 = get(&data, "stock:sku").unwrap().parse().unwrap();
     assert_eq!(accepted + left, stock, "no unit sold twice");
     drop((first, second));
@@ -180,12 +230,23 @@ async fn fenced_acquisition_costs_about_one_more_round_trip() {
     // both complete; the fenced one sends exactly one proposal per node.
     let before: Vec<u64> = servers.iter().map(|s| calls(s, "eval")).collect();
     let started = Instant::now();
-    let guard = fenced.try_lock("cost", Duration::from_secs(5)).await.unwrap().unwrap();
+    let guard = fenced
+        .try_lock("cost", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));
     guard.release().await.unwrap();
     for (server, before) in servers.iter().zip(before) {
         // Fenced acquire script + proposal + release.
         assert_eq!(calls(server, "eval") - before, 3);
     }
-    plain.try_lock("cost", Duration::from_secs(5)).await.unwrap().unwrap().release().await.unwrap();
+    plain
+        .try_lock("cost", Duration::from_secs(5))
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
 }
