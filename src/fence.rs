@@ -247,6 +247,7 @@ impl FencedWrite {
 
 #[cfg(test)]
 #[path = "../tests/support/server.rs"]
+#[allow(unreachable_pub)]
 mod test_server;
 
 #[cfg(test)]
