@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::handoff::Handoff;
 use crate::lock::Redlock;
 use crate::node::Node;
 use crate::options::LockOptions;
@@ -58,6 +59,7 @@ pub(crate) struct Config {
     pub(crate) drift_fixed: Duration,
     pub(crate) heal: bool,
     pub(crate) watchdog: Watchdog,
+    pub(crate) handoff: Handoff,
 }
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
@@ -273,6 +275,7 @@ impl RedlockBuilder {
             drift_fixed: self.drift_fixed,
             heal: self.heal,
             watchdog: Watchdog::default(),
+            handoff: Handoff::default(),
         };
         Ok(Redlock::from_config(Arc::new(config), self.options))
     }

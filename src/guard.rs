@@ -204,7 +204,7 @@ impl Guard {
         let config = &self.redlock.config;
         let deadline = Instant::now() + config.node_timeout;
         let held = &self.held;
-        let tally = release_all(config, &held.resources, &held.token, held.ttl(), deadline).await;
+        let tally = release_all(config, &held.resources, &held.token, held.ttl(), deadline, &[]).await;
         tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
         let report = ReleaseReport {
             nodes: tally.nodes,
@@ -251,7 +251,7 @@ impl Drop for Guard {
             let (config, held) = (Arc::clone(&self.redlock.config), Arc::clone(&self.held));
             runtime.spawn(async move {
                 let deadline = Instant::now() + config.node_timeout;
-                release_all(&config, &held.resources, &held.token, held.ttl(), deadline).await;
+                release_all(&config, &held.resources, &held.token, held.ttl(), deadline, &[]).await;
             });
         }
     }
@@ -264,17 +264,26 @@ impl Drop for Guard {
 /// A node that has not answered by the deadline keeps its release going in
 /// the background for up to `ttl` (after which the key has expired anyway),
 /// so that it still runs behind a late SET of ours queued on that node.
+/// Nodes listed in `skip` (they refused our SET: it set nothing there) are
+/// counted as refused without a request.
 pub(crate) async fn release_all(
     config: &Config,
     resources: &Resources,
     token: &Arc<str>,
     ttl: Duration,
     deadline: Instant,
+    skip: &[usize],
 ) -> Tally {
     let finish_by = deadline.max(Instant::now() + ttl);
     quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
         let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
-        async move { Ok(nodes[i].release(resources.names(), &token).await? > 0) }
+        let skipped = skip.contains(&i);
+        async move {
+            if skipped {
+                return Ok(false);
+            }
+            Ok(nodes[i].release(resources.names(), &token).await? > 0)
+        }
     })
     .await
 }

@@ -7,6 +7,7 @@ mod builder;
 mod error;
 mod fence;
 mod guard;
+mod handoff;
 mod idempotency;
 mod lock;
 mod node;

@@ -153,6 +153,8 @@ impl Redlock {
         let resources = resources.into().validated()?;
         let deadline = Instant::now() + self.options.wait;
         let mut attempts = 0u32;
+        let mut subscription = None;
+        let mut poll = self.options.retry_delay / 8;
         loop {
             attempts += 1;
             let error = match self.attempt(&resources, ttl).await {
@@ -160,13 +162,44 @@ impl Redlock {
                 Err(e @ Error::Config(_)) => return Err(e),
                 Err(e) => e,
             };
-            let delay = self.retry_delay();
-            let out_of_attempts = self.options.max_attempts.is_some_and(|max| attempts >= max);
-            if out_of_attempts || Instant::now() + delay > deadline {
+            if self.options.max_attempts.is_some_and(|max| attempts >= max) || Instant::now() >= deadline {
                 return Err(error);
             }
-            tracing::debug!(attempts, ?delay, %error, "lock attempt failed, retrying");
-            tokio::time::sleep(delay).await;
+            let held = matches!(error, Error::Held { .. });
+            if held && subscription.is_none() {
+                // Contention: listen for the holder's release, then try once
+                // more at once, since it may have come before we listened.
+                let config = &self.config;
+                let names = resources.names();
+                subscription = Some(
+                    config
+                        .handoff
+                        .subscribe(&config.nodes, names, config.node_timeout)
+                        .await,
+                );
+                continue;
+            }
+            // Polling underneath the notifications: releases by other
+            // libraries, expired keys and lost messages are still seen. It
+            // starts at an eighth of the retry delay and doubles up to it.
+            let delay = if held {
+                let delay = jitter(poll);
+                poll = (poll * 2).min(self.options.retry_delay);
+                delay
+            } else {
+                jitter(self.options.retry_delay)
+            };
+            tracing::debug!(attempts, ?delay, %error, "lock attempt failed, waiting");
+            let wake = (Instant::now() + delay).min(deadline);
+            match &subscription {
+                Some(subscription) => {
+                    tokio::select! {
+                        () = tokio::time::sleep_until(wake) => {}
+                        () = subscription.released() => {}
+                    }
+                }
+                None => tokio::time::sleep_until(wake).await,
+            }
         }
     }
 
@@ -234,12 +267,6 @@ impl Redlock {
         }
     }
 
-    /// A delay uniformly spread over `[retry_delay / 2, retry_delay * 3 / 2)`.
-    fn retry_delay(&self) -> Duration {
-        let base = self.options.retry_delay;
-        base / 2 + base.mul_f64(rand::random::<f64>())
-    }
-
     /// Checks that `ttl` leaves room for the per-node timeout and the drift,
     /// and returns it cut to whole milliseconds (the unit Redis stores, so
     /// the validity is computed from the ttl the nodes really apply) with its
@@ -288,6 +315,7 @@ impl Redlock {
         .await;
         let valid_until = start + ttl - drift;
         let min = self.options.min_validity;
+        let refused_by = tally.refused_by.clone();
         let failure = if tally.reached() {
             let fence = match &fence_floor {
                 Some(floor) => fence::propose(&self.config, keys, floor.load(Ordering::Relaxed), valid_until)
@@ -327,7 +355,8 @@ impl Redlock {
         // budget: a node that has not answered yet still gets it queued
         // behind its SET on the same connection (so it runs after the SET),
         // and a hung node cannot hold the caller past the per-node timeout.
-        release_all(&self.config, resources, &token, ttl, deadline).await;
+        // Nodes that refused our SET hold nothing of ours and are skipped.
+        release_all(&self.config, resources, &token, ttl, deadline, &refused_by).await;
         Err(failure)
     }
 }
@@ -395,6 +424,12 @@ impl<S: AsRef<str>> From<Vec<S>> for Resources {
     fn from(names: Vec<S>) -> Self {
         Resources::from(&names[..])
     }
+}
+
+/// A delay uniformly spread over `[base / 2, base * 3 / 2)`, so that clients
+/// that collided do not collide again in lock step.
+fn jitter(base: Duration) -> Duration {
+    base / 2 + base.mul_f64(rand::random::<f64>())
 }
 
 /// A fresh lock token: 128 bits from the thread-local CSPRNG, as 32 hex digits.

@@ -41,6 +41,7 @@ pub(crate) struct Node {
     /// `host:port/db` for messages; never contains the password.
     name: String,
     client: Client,
+    connect_timeout: Duration,
     config: AsyncConnectionConfig,
     /// The live connection, if any, with a generation number so that a
     /// request that saw it fail discards that connection and not a newer one.
@@ -61,6 +62,7 @@ impl Node {
         Node {
             name,
             client,
+            connect_timeout,
             config,
             conn: Mutex::new(None),
         }
@@ -68,6 +70,16 @@ impl Node {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The client, for connections other than the request connection
+    /// (pub/sub).
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// Sends `cmd` in request order (see the type docs) and awaits its reply.

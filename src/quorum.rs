@@ -41,6 +41,8 @@ pub(crate) struct Tally {
     pub(crate) ok: usize,
     /// Nodes that answered "no" (the key is someone else's, or gone).
     pub(crate) refused: usize,
+    /// Which nodes those were (by index).
+    pub(crate) refused_by: Vec<usize>,
     /// Nodes that failed or timed out.
     pub(crate) errors: Vec<NodeError>,
     /// Nodes configured.
@@ -179,7 +181,10 @@ where
     gather(nodes, deadline, finish_by, op, |i, outcome| {
         match outcome {
             Ok(true) => tally.ok += 1,
-            Ok(false) => tally.refused += 1,
+            Ok(false) => {
+                tally.refused += 1;
+                tally.refused_by.push(i);
+            }
             Err(kind) => tally.fail(&nodes[i], kind),
         }
         if until == Until::Decided && tally.decided() {

@@ -384,7 +384,7 @@ fn lose(config: &Arc<Config>, held: &Arc<Held>, reason: &'static str) {
     let (config, held) = (Arc::clone(config), Arc::clone(held));
     tokio::spawn(async move {
         let deadline = Instant::now() + config.node_timeout;
-        release_all(&config, &held.resources, &held.token, held.ttl(), deadline).await;
+        release_all(&config, &held.resources, &held.token, held.ttl(), deadline, &[]).await;
     });
 }
 

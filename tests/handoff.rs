@@ -1,0 +1,284 @@
+//! Fast hand-off: waiters are woken by the holder's release notification,
+//! share one subscription per node, clean up after themselves, and still see
+//! releases that send no notification.
+
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use support::*;
+use tokio::time::Instant;
+
+/// Polling so slow that a hand-off faster than it can only come from a
+/// notification: the first poll of a waiter comes after >= 125 ms.
+const SLOW_POLL: Duration = Duration::from_secs(2);
+
+fn numsub(server: &RedisServer, resource: &str) -> i64 {
+    let reply = server
+        .command(&["PUBSUB", "NUMSUB", &format!("quorumlock:released:{resource}")])
+        .unwrap();
+    // *2\r\n$N\r\n<channel>\r\n:<count>\r\n
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix(':'))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("PUBSUB NUMSUB reply {reply:?}"))
+}
+
+async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Runs `waiters` tasks that take turns on one resource for `rounds` each; a
+/// task that released waits until someone else acquired before it queues
+/// again, so every hand-off goes to a waiter. Returns the hand-off gaps
+/// (release returned -> next acquisition returned) and per-task counts.
+async fn take_turns(clients: Vec<Redlock>, rounds: usize) -> (Vec<Duration>, Vec<usize>) {
+    let released_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let gaps: Arc<Mutex<Vec<Duration>>> = Arc::default();
+    let acquisitions = Arc::new(AtomicUsize::new(0));
+    let total = clients.len() * rounds;
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|redlock| {
+            let (released_at, gaps, acquisitions) = (
+                Arc::clone(&released_at),
+                Arc::clone(&gaps),
+                Arc::clone(&acquisitions),
+            );
+            tokio::spawn(async move {
+                for round in 0..rounds {
+                    let guard = redlock
+                        .lock("turns", Duration::from_secs(10))
+                        .await
+                        .expect("lock");
+                    if let Some(at) = released_at.lock().unwrap().take() {
+                        gaps.lock().unwrap().push(at.elapsed());
+                    }
+                    let mine = acquisitions.fetch_add(1, Ordering::SeqCst) + 1;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    guard.release().await.expect("release");
+                    *released_at.lock().unwrap() = Some(Instant::now());
+                    // Rejoin only after someone else acquired (unless only
+                    // this task has rounds left).
+                    let mine_left = rounds - round - 1;
+                    while acquisitions.load(Ordering::SeqCst) == mine && total - mine > mine_left {
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                rounds
+            })
+        })
+        .collect();
+    let mut counts = Vec::new();
+    for task in tasks {
+        counts.push(task.await.unwrap());
+    }
+    let mut gaps = gaps.lock().unwrap().clone();
+    gaps.sort();
+    (gaps, counts)
+}
+
+fn summary(gaps: &[Duration]) -> (Duration, Duration) {
+    (gaps[gaps.len() / 2], gaps[gaps.len() * 9 / 10])
+}
+
+#[tokio::test]
+async fn sixteen_waiters_of_one_client_get_each_release_far_below_the_polling_delay() {
+    let servers = start_nodes(3);
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let (gaps, counts) = take_turns(vec![redlock; 16], 4).await;
+    let (p50, p90) = summary(&gaps);
+    println!(
+        "one client, 16 waiters: {} hand-offs, gap p50 {p50:?} p90 {p90:?}",
+        gaps.len()
+    );
+    assert_eq!(counts.iter().sum::<usize>(), 64);
+    assert!(p50 < Duration::from_millis(20), "gap p50 {p50:?}");
+    assert!(p90 < Duration::from_millis(50), "gap p90 {p90:?}");
+}
+
+#[tokio::test]
+async fn sixteen_waiters_with_their_own_clients_get_each_release_far_below_the_polling_delay() {
+    let servers = start_nodes(3);
+    let clients = (0..16)
+        .map(|_| {
+            builder(&servers)
+                .retry_delay(SLOW_POLL)
+                .wait(Duration::from_secs(60))
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let (gaps, _) = take_turns(clients, 3).await;
+    let (p50, p90) = summary(&gaps);
+    println!(
+        "16 clients: {} hand-offs, gap p50 {p50:?} p90 {p90:?}",
+        gaps.len()
+    );
+    assert!(p50 < Duration::from_millis(20), "gap p50 {p50:?}");
+    assert!(p90 < Duration::from_millis(50), "gap p90 {p90:?}");
+}
+
+#[tokio::test]
+async fn no_waiter_starves_over_many_rounds() {
+    let servers = start_nodes(3);
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let counts = Arc::new(Mutex::new(vec![0usize; 8]));
+    let stop = Instant::now() + Duration::from_secs(2);
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let (redlock, counts) = (redlock.clone(), Arc::clone(&counts));
+            tokio::spawn(async move {
+                while Instant::now() < stop {
+                    let guard = redlock.lock("fair", Duration::from_secs(10)).await.unwrap();
+                    counts.lock().unwrap()[i] += 1;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    guard.release().await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let counts = counts.lock().unwrap().clone();
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    println!("8 waiters for 2 s: acquisitions per waiter min {min} max {max}: {counts:?}");
+    assert!(*min >= 1, "a waiter starved: {counts:?}");
+}
+
+#[tokio::test]
+async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
+    let servers = start_nodes(3);
+    let holder = client(&servers);
+    let guard = holder
+        .try_lock("shared", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let waiters: Vec<_> = (0..5)
+        .map(|_| {
+            let redlock = redlock.clone();
+            tokio::spawn(async move { redlock.lock("shared", Duration::from_secs(10)).await })
+        })
+        .collect();
+    for server in &servers {
+        eventually("every node has the waiters' subscription", || {
+            numsub(server, "shared") == 1
+        })
+        .await;
+    }
+    // Five waiters, one subscription per node.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for server in &servers {
+        assert_eq!(numsub(server, "shared"), 1);
+    }
+    // Cancelled waiters unsubscribe.
+    for waiter in &waiters {
+        waiter.abort();
+    }
+    for server in &servers {
+        eventually("the channel is unsubscribed", || numsub(server, "shared") == 0).await;
+    }
+    // And so do waiters that got the lock.
+    let next = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.lock("shared", Duration::from_secs(10)).await }
+    });
+    for server in &servers {
+        eventually("the new waiter subscribed", || numsub(server, "shared") == 1).await;
+    }
+    guard.release().await.unwrap();
+    next.await.unwrap().unwrap().release().await.unwrap();
+    for server in &servers {
+        eventually("no subscription is left", || numsub(server, "shared") == 0).await;
+    }
+}
+
+#[tokio::test]
+async fn a_release_without_notification_is_still_picked_up_by_polling() {
+    let servers = start_nodes(3);
+    for server in &servers {
+        set_foreign(server, "legacy", "other-library", 30_000);
+    }
+    let redlock = builder(&servers)
+        .retry_delay(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move { redlock.lock("legacy", Duration::from_secs(10)).await });
+    for server in &servers {
+        eventually("the waiter subscribed", || numsub(server, "legacy") == 1).await;
+    }
+    // Another library releases with a plain owner-checked DEL: no message.
+    let released = Instant::now();
+    for server in &servers {
+        assert_eq!(int(server, &["DEL", "legacy"]), 1);
+    }
+    let guard = waiter.await.unwrap().expect("picked up by polling");
+    // Polling delays are jittered around at most the 200 ms retry delay.
+    assert!(
+        released.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        released.elapsed()
+    );
+    guard.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_that_drops_the_subscription_is_resubscribed() {
+    let mut servers = start_nodes(3);
+    let holder = client(&servers);
+    let guard = holder
+        .try_lock("resub", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move { redlock.lock("resub", Duration::from_secs(10)).await });
+    eventually("subscribed", || numsub(&servers[0], "resub") == 1).await;
+    servers[0].restart();
+    assert_eq!(
+        numsub(&servers[0], "resub"),
+        0,
+        "a fresh server has no subscribers"
+    );
+    eventually("resubscribed after the restart", || {
+        numsub(&servers[0], "resub") == 1
+    })
+    .await;
+    // The holder still has a majority (nodes 1 and 2); its release reaches the waiter.
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(100),
+        "{:?}",
+        released.elapsed()
+    );
+    next.release().await.unwrap();
+}
