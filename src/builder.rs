@@ -8,6 +8,7 @@ use crate::handoff::Handoff;
 use crate::lock::Redlock;
 use crate::node::Node;
 use crate::options::LockOptions;
+use crate::replica::ReplicaAck;
 use crate::watchdog::Watchdog;
 
 /// Default lock ttl for callers that have no better figure (the CLI, examples).
@@ -96,6 +97,7 @@ pub struct RedlockBuilder {
     drift_factor: f64,
     drift_fixed: Duration,
     heal: bool,
+    replica_ack: Option<ReplicaAck>,
     options: LockOptions,
 }
 
@@ -108,6 +110,7 @@ impl Default for RedlockBuilder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             drift_fixed: DEFAULT_DRIFT_FIXED,
             heal: DEFAULT_HEAL,
+            replica_ack: None,
             options: LockOptions::default(),
         }
     }
@@ -169,6 +172,15 @@ impl RedlockBuilder {
         self
     }
 
+    /// Replica-acknowledged mode for nodes that are a master with replicas
+    /// (Sentinel): every acquire, extend and renewal on a node counts only
+    /// once `ack.replicas()` of its replicas acknowledged it (`WAIT`). Off by
+    /// default. Read [`ReplicaAck`] for what it does and does not guarantee.
+    pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
+        self.replica_ack = Some(ack);
+        self
+    }
+
     /// The client's lock settings (see [`LockOptions`]), replacing any set
     /// with the shortcuts below.
     pub fn options(mut self, options: LockOptions) -> Self {
@@ -216,8 +228,9 @@ impl RedlockBuilder {
     /// # Errors
     ///
     /// [`Error::Config`] for an empty node list, a URL that does not parse,
-    /// a zero node or connect timeout, a drift factor outside `[0, 1)` or
-    /// zero attempts.
+    /// a zero node or connect timeout, a drift factor outside `[0, 1)`,
+    /// zero attempts, or a [`ReplicaAck`] for no replica or whose timeout is
+    /// below 1 ms or not shorter than the node timeout.
     /// An even number of nodes is allowed but logged as a warning: it needs
     /// as large a majority as one node more would, and tolerates no more
     /// failures.
@@ -238,6 +251,9 @@ impl RedlockBuilder {
             )));
         }
         self.options.validate()?;
+        if let Some(ack) = &self.replica_ack {
+            ack.validate(self.node_timeout)?;
+        }
         let nodes = self
             .nodes
             .into_iter()
@@ -259,7 +275,7 @@ impl RedlockBuilder {
                         client.get_connection_info().addr()
                     )));
                 }
-                Ok(Node::new(client, self.connect_timeout))
+                Ok(Node::new(client, self.connect_timeout).with_replica_ack(self.replica_ack))
             })
             .collect::<Result<Vec<_>>>()?;
         if nodes.len() % 2 == 0 {

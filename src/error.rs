@@ -141,6 +141,18 @@ pub enum NodeErrorKind {
     Timeout(Duration),
     /// The connection or the server reported an error.
     Redis(redis::RedisError),
+    /// Replica-acknowledged mode ([`crate::ReplicaAck`]): the node performed
+    /// the write, but fewer of its replicas than required acknowledged it
+    /// within the timeout, so it does not count (after an acquire, our keys
+    /// there were deleted again).
+    ReplicasMissing {
+        /// Replicas that acknowledged the write.
+        acked: u32,
+        /// Replicas required.
+        required: u32,
+        /// How long the node waited for them.
+        timeout: Duration,
+    },
 }
 
 impl fmt::Display for NodeError {
@@ -148,6 +160,15 @@ impl fmt::Display for NodeError {
         match &self.kind {
             NodeErrorKind::Timeout(t) => write!(f, "{}: no reply within {t:?}", self.node),
             NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::ReplicasMissing {
+                acked,
+                required,
+                timeout,
+            } => write!(
+                f,
+                "{}: only {acked} of {required} required replicas acknowledged the write within {timeout:?}",
+                self.node
+            ),
         }
     }
 }
@@ -155,7 +176,7 @@ impl fmt::Display for NodeError {
 impl std::error::Error for NodeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
-            NodeErrorKind::Timeout(_) => None,
+            NodeErrorKind::Timeout(_) | NodeErrorKind::ReplicasMissing { .. } => None,
             NodeErrorKind::Redis(e) => Some(e),
         }
     }

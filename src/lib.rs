@@ -13,6 +13,7 @@ mod lock;
 mod node;
 mod options;
 mod quorum;
+mod replica;
 mod scripts;
 mod watchdog;
 
@@ -26,3 +27,4 @@ pub use guard::{Guard, ReleaseReport};
 pub use idempotency::{DEFAULT_RESULT_TTL, Idempotency};
 pub use lock::{Redlock, Resources};
 pub use options::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, LockOptions};
+pub use replica::{DEFAULT_REPLICA_ACK_TIMEOUT, ReplicaAck};

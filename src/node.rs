@@ -5,16 +5,18 @@
 //! not applied here but by the quorum layer, which owns the per-node budget.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisResult};
+use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, Value};
 use tokio::sync::Mutex;
 
 use crate::lock::Resources;
+use crate::replica::{Acked, ReplicaAck};
 use crate::scripts;
 
 /// Numbers connections, so that a failed request discards only its own.
@@ -37,6 +39,10 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 /// order. So every request takes a fair (first come, first served) lock,
 /// connects if needed, hands its command to the connection, and only then
 /// lets the next request in. The lock is never held while waiting for a reply.
+///
+/// In replica-acknowledged mode ([`ReplicaAck`]) a lock write and its `WAIT`
+/// are handed over as one pipeline, so that they share a connection (see
+/// `crate::replica`).
 pub(crate) struct Node {
     /// `host:port/db` for messages; never contains the password.
     name: String,
@@ -46,6 +52,8 @@ pub(crate) struct Node {
     /// The live connection, if any, with a generation number so that a
     /// request that saw it fail discards that connection and not a newer one.
     conn: Mutex<Option<(u64, MultiplexedConnection)>>,
+    /// Replica-acknowledged mode: `WAIT` after every lock write.
+    replica_ack: Option<ReplicaAck>,
 }
 
 impl Node {
@@ -65,7 +73,14 @@ impl Node {
             connect_timeout,
             config,
             conn: Mutex::new(None),
+            replica_ack: None,
         }
+    }
+
+    /// Follows every lock write (acquire, extend, renewal) with `WAIT`.
+    pub(crate) fn with_replica_ack(mut self, ack: Option<ReplicaAck>) -> Self {
+        self.replica_ack = ack;
+        self
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -88,6 +103,33 @@ impl Node {
     /// or after the connect timeout; the next request tries to connect
     /// again, so a restarted node takes part as soon as it is back.
     pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
+        let reply = self
+            .hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+            .await?;
+        Ok(redis::from_redis_value(reply)?)
+    }
+
+    /// Sends the commands of `pipe` in request order as one unit on one
+    /// connection and awaits their replies (server errors stay in the list).
+    pub(crate) async fn send_pipeline(&self, pipe: Pipeline) -> RedisResult<Vec<Value>> {
+        let count = pipe.len();
+        let replies = self
+            .hand_over(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
+            .await?;
+        if replies.len() != count {
+            return Err(wrong_reply_count());
+        }
+        Ok(replies)
+    }
+
+    /// Runs `request` on the connection in request order (see the type
+    /// docs): under the fair lock until its first poll has handed the
+    /// commands over, then without it until the reply.
+    async fn hand_over<R, F, Fut>(&self, request: F) -> RedisResult<R>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<R>>,
+    {
         let (generation, mut reply) = {
             let mut slot = self.conn.lock().await;
             let (generation, conn) = match &*slot {
@@ -102,10 +144,7 @@ impl Node {
                     (generation, conn)
                 }
             };
-            let mut reply = Box::pin(async move {
-                let mut conn = conn;
-                conn.send_packed_command(&cmd).await
-            });
+            let mut reply = Box::pin(request(conn));
             // The first poll hands the command to the connection's writer
             // queue (or takes a place in its fair wait for room): this fixes
             // its position before the next request may go.
@@ -120,12 +159,8 @@ impl Node {
     }
 
     /// Drops the connection after an error that leaves it unusable, so that
-    /// the next request reconnects; converts the reply.
-    async fn settle<T: FromRedisValue>(
-        &self,
-        generation: u64,
-        result: RedisResult<redis::Value>,
-    ) -> RedisResult<T> {
+    /// the next request reconnects.
+    async fn settle<R>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
         if let Err(e) = &result
             && (e.is_unrecoverable_error() || e.is_connection_dropped())
         {
@@ -134,21 +169,55 @@ impl Node {
                 *slot = None;
             }
         }
-        Ok(redis::from_redis_value(result?)?)
+        result
+    }
+
+    /// Sends a lock write; in replica-acknowledged mode followed by `WAIT`
+    /// in the same pipeline. Returns its reply and whether the replicas
+    /// acknowledged it (always `Ok` outside that mode).
+    async fn send_acked(&self, cmd: Cmd) -> RedisResult<(Value, Acked<()>)> {
+        if self.replica_ack.is_none() {
+            return Ok((self.send::<Value>(cmd).await?.extract_error()?, Ok(())));
+        }
+        let (mut replies, acked) = self.send_all_acked(vec![cmd]).await?;
+        Ok((replies.pop().ok_or_else(wrong_reply_count)?, acked))
+    }
+
+    /// [`Node::send_acked`] for several commands, sent as one pipeline.
+    async fn send_all_acked(&self, cmds: Vec<Cmd>) -> RedisResult<(Vec<Value>, Acked<()>)> {
+        let mut pipe = redis::pipe();
+        for cmd in cmds {
+            pipe.add_command(cmd);
+        }
+        if let Some(ack) = &self.replica_ack {
+            pipe.add_command(ack.wait_cmd());
+        }
+        let mut replies = self.send_pipeline(pipe).await?;
+        let acked = match &self.replica_ack {
+            Some(ack) => ack.check(replies.pop().ok_or_else(wrong_reply_count)?),
+            None => Ok(()),
+        };
+        let replies = replies
+            .into_iter()
+            .map(Value::extract_error)
+            .collect::<RedisResult<_>>()?;
+        Ok((replies, acked))
     }
 
     /// `SET NX PX` for one key, the acquire script for several; with
     /// `fence`, the fenced acquire script, whose fence value is folded into
-    /// `fence` (a running maximum). Returns whether this node granted every key.
+    /// `fence` (a running maximum). Returns whether this node granted every
+    /// key; in replica-acknowledged mode, a grant the replicas did not
+    /// acknowledge is deleted again and reported as the node's error.
     pub(crate) async fn acquire(
         &self,
         keys: &[String],
         token: &str,
         ttl: Duration,
         fence: Option<&AtomicU64>,
-    ) -> RedisResult<bool> {
+    ) -> RedisResult<Acked<bool>> {
         let ttl_ms = millis(ttl);
-        if let Some(fence) = fence {
+        let cmd = if fence.is_some() {
             let fence_keys: Vec<String> = keys.iter().map(|k| crate::fence::fence_key(k)).collect();
             let mut cmd = redis::cmd("EVAL");
             cmd.arg(scripts::FENCED_ACQUIRE)
@@ -157,19 +226,37 @@ impl Node {
                 .arg(&fence_keys)
                 .arg(token)
                 .arg(ttl_ms);
-            let (granted, value): (i64, u64) = self.send(cmd).await?;
-            fence.fetch_max(value, Ordering::Relaxed);
-            return Ok(granted == 1);
-        }
-        if let [key] = keys {
+            cmd
+        } else if let [key] = keys {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-            let reply: Option<String> = self.send(cmd).await?;
-            Ok(reply.is_some())
+            cmd
         } else {
             let mut cmd = scripts::eval(scripts::ACQUIRE, keys);
             cmd.arg(token).arg(ttl_ms);
-            Ok(self.send::<i64>(cmd).await? == 1)
+            cmd
+        };
+        let (reply, acked) = self.send_acked(cmd).await?;
+        let granted = if let Some(fence) = fence {
+            let (granted, value): (i64, u64) = redis::from_redis_value(reply)?;
+            fence.fetch_max(value, Ordering::Relaxed);
+            granted == 1
+        } else if keys.len() == 1 {
+            redis::from_redis_value::<Option<String>>(reply)?.is_some()
+        } else {
+            redis::from_redis_value::<i64>(reply)? == 1
+        };
+        match acked {
+            Err(missing) if granted => {
+                // A grant the replicas may not have is no grant: take it
+                // back before the node is counted as failed, so that it
+                // keeps no key of ours even if the attempt succeeds.
+                if let Err(error) = self.release(keys, token).await {
+                    tracing::debug!(node = self.name(), %error, "release of an unacknowledged grant failed");
+                }
+                Ok(Err(missing))
+            }
+            _ => Ok(Ok(granted)),
         }
     }
 
@@ -189,11 +276,23 @@ impl Node {
         self.send(cmd).await
     }
 
-    /// Owner-checked ttl reset. Returns whether every key held our token.
-    pub(crate) async fn extend(&self, keys: &[String], token: &str, ttl: Duration) -> RedisResult<bool> {
+    /// Owner-checked ttl reset. Returns whether every key held our token;
+    /// in replica-acknowledged mode, an extend the replicas did not
+    /// acknowledge is the node's error (and is not undone).
+    pub(crate) async fn extend(
+        &self,
+        keys: &[String],
+        token: &str,
+        ttl: Duration,
+    ) -> RedisResult<Acked<bool>> {
         let mut cmd = scripts::eval(scripts::EXTEND, keys);
         cmd.arg(token).arg(millis(ttl));
-        Ok(self.send::<i64>(cmd).await? == 1)
+        let (reply, acked) = self.send_acked(cmd).await?;
+        if redis::from_redis_value::<i64>(reply)? == 1 {
+            Ok(acked.map(|()| true))
+        } else {
+            Ok(Ok(false))
+        }
     }
 }
 
@@ -212,32 +311,40 @@ pub(crate) const RENEW_CHUNK: usize = 512;
 
 impl Node {
     /// Renews `items` owner-checked in one script call per [`RENEW_CHUNK`]
-    /// locks; returns one status per item (see [`scripts::RENEW`]).
-    pub(crate) async fn renew(&self, items: &[RenewItem], heal: bool) -> RedisResult<Vec<i64>> {
-        let calls = items.chunks(RENEW_CHUNK).map(|chunk| {
-            let keys: Vec<&String> = chunk.iter().flat_map(|item| item.keys.names()).collect();
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(scripts::RENEW)
-                .arg(keys.len())
-                .arg(keys)
-                .arg(if heal { "1" } else { "0" });
-            for item in chunk {
-                cmd.arg(item.keys.names().len())
-                    .arg(&*item.token)
-                    .arg(millis(item.ttl));
-            }
-            self.send::<Vec<i64>>(cmd)
-        });
-        // Sent in order, answered in order: one round trip for all chunks.
-        let replies = futures::future::try_join_all(calls).await?;
-        let statuses: Vec<i64> = replies.into_iter().flatten().collect();
+    /// locks, sent as one pipeline; returns one status per item (see
+    /// [`scripts::RENEW`]). In replica-acknowledged mode, a renewal the
+    /// replicas did not acknowledge is the node's error for every item.
+    pub(crate) async fn renew(&self, items: &[RenewItem], heal: bool) -> RedisResult<Acked<Vec<i64>>> {
+        let calls = items
+            .chunks(RENEW_CHUNK)
+            .map(|chunk| {
+                let keys: Vec<&String> = chunk.iter().flat_map(|item| item.keys.names()).collect();
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(scripts::RENEW)
+                    .arg(keys.len())
+                    .arg(keys)
+                    .arg(if heal { "1" } else { "0" });
+                for item in chunk {
+                    cmd.arg(item.keys.names().len())
+                        .arg(&*item.token)
+                        .arg(millis(item.ttl));
+                }
+                cmd
+            })
+            .collect();
+        // One hand-over, answered in order: one round trip for all chunks.
+        let (replies, acked) = self.send_all_acked(calls).await?;
+        let mut statuses = Vec::with_capacity(items.len());
+        for reply in replies {
+            statuses.extend(redis::from_redis_value::<Vec<i64>>(reply)?);
+        }
         if statuses.len() != items.len() {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Parse,
                 "renewal script returned the wrong number of statuses",
             )));
         }
-        Ok(statuses)
+        Ok(acked.map(|()| statuses))
     }
 }
 
@@ -251,4 +358,13 @@ impl fmt::Debug for Node {
 /// The builder rejects ttls below one millisecond.
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A pipeline answered with a different number of replies than it had
+/// commands (a broken server or proxy).
+fn wrong_reply_count() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "pipeline answered with the wrong number of replies",
+    ))
 }

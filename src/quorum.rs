@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::node::Node;
+use crate::replica::Acked;
 
 /// Majority of all configured nodes: `n / 2 + 1`.
 ///
@@ -161,9 +162,28 @@ pub(crate) async fn gather<T, F, Fut>(
     }
 }
 
+/// A node's reply to a yes/no operation, as [`fan_out`] counts it.
+pub(crate) trait Answer: Send + 'static {
+    /// Yes, no, or the node counts as failed although it replied.
+    fn answer(self) -> Result<bool, NodeErrorKind>;
+}
+
+impl Answer for bool {
+    fn answer(self) -> Result<bool, NodeErrorKind> {
+        Ok(self)
+    }
+}
+
+/// Replica-acknowledged mode: a yes the replicas did not acknowledge.
+impl Answer for Acked<bool> {
+    fn answer(self) -> Result<bool, NodeErrorKind> {
+        self
+    }
+}
+
 /// [`gather`] for yes/no operations (acquire, extend, release), counted into
 /// a [`Tally`]; with [`Until::Decided`] it stops once the outcome is certain.
-pub(crate) async fn fan_out<F, Fut>(
+pub(crate) async fn fan_out<A, F, Fut>(
     nodes: &[Node],
     deadline: Instant,
     finish_by: Instant,
@@ -171,15 +191,16 @@ pub(crate) async fn fan_out<F, Fut>(
     op: F,
 ) -> Tally
 where
+    A: Answer,
     F: FnMut(usize) -> Fut,
-    Fut: Future<Output = RedisResult<bool>> + Send + 'static,
+    Fut: Future<Output = RedisResult<A>> + Send + 'static,
 {
     let mut tally = Tally {
         nodes: nodes.len(),
         ..Tally::default()
     };
     gather(nodes, deadline, finish_by, op, |i, outcome| {
-        match outcome {
+        match outcome.and_then(Answer::answer) {
             Ok(true) => tally.ok += 1,
             Ok(false) => {
                 tally.refused += 1;

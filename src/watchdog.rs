@@ -328,7 +328,9 @@ async fn renew(config: &Arc<Config>, due: &[Arc<Held>]) {
             async move { nodes[i].renew(&items, heal).await }
         },
         |i, outcome| {
-            match outcome {
+            // A node whose replicas did not acknowledge (replica-acknowledged
+            // mode) fails for every lock of the batch.
+            match outcome.and_then(|acked| acked) {
                 Ok(statuses) => {
                     for (j, status) in statuses.into_iter().enumerate() {
                         match status {

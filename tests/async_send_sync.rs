@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, Guard, Redlock, RedlockBuilder, ReleaseReport, Resources};
+use quorumlock::{Error, Guard, Redlock, RedlockBuilder, ReleaseReport, ReplicaAck, Resources};
 
 fn send_sync<T: Send + Sync>(_: &T) {}
 fn send<T: Send>(_: &T) {}
@@ -16,6 +16,7 @@ fn public_types_are_send_and_sync() {
     check::<Guard>();
     check::<Error>();
     check::<ReleaseReport>();
+    check::<ReplicaAck>();
     check::<Resources>();
 }
 

@@ -155,6 +155,54 @@ impl RedisServer {
         Paused { pid }
     }
 
+    /// Starts a replica of `master` (`--replicaof`, no persistence) and waits
+    /// until both sides see the link up, panicking when they do not. Sets
+    /// the master's `repl-diskless-sync-delay` to 0 first: by default a
+    /// master waits 5 s for more replicas before the initial sync.
+    pub fn start_replica_of(master: &RedisServer) -> RedisServer {
+        let reply = master
+            .command(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])
+            .expect("CONFIG SET on the master");
+        assert!(reply.starts_with("+OK"), "CONFIG SET: {reply:?}");
+        let port = master.port().to_string();
+        let replica = Self::start_with(Persistence::None, &["--replicaof", "127.0.0.1", &port]);
+        replica.wait_for_master_link(master);
+        replica
+    }
+
+    /// Waits until this replica reports `master_link_status:up` and
+    /// acknowledges `master`'s writes (a write followed by `WAIT` on one
+    /// connection counts every online replica), panicking after the startup
+    /// timeout. The link being up is not enough for `WAIT`: after a diskless
+    /// initial sync the master starts streaming to a replica only on its
+    /// first periodic acknowledgement, up to a second later.
+    pub fn wait_for_master_link(&self, master: &RedisServer) {
+        const PROBE: &str = "quorumlock-harness:replica-probe";
+        let started = Instant::now();
+        let online = format!("port={},state=online", self.port);
+        loop {
+            let info = self.command(&["INFO", "replication"]).unwrap_or_default();
+            let master_info = master.command(&["INFO", "replication"]).unwrap_or_default();
+            if info.contains("master_link_status:up") && master_info.contains(&online) {
+                let replicas = master_info.matches(",state=online,").count().to_string();
+                let acked = master
+                    .pipeline(&[&["SET", PROBE, "1"], &["DEL", PROBE], &["WAIT", &replicas, "100"]])
+                    .unwrap_or_default();
+                if acked.last() == Some(&format!(":{replicas}\r\n")) {
+                    return;
+                }
+            }
+            assert!(
+                started.elapsed() < STARTUP_TIMEOUT,
+                "replica on port {} never came online; its INFO: {info}\nthe master's: \
+                 {master_info}\nlog:\n{}",
+                self.port,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Sends one command over a fresh connection and returns the raw reply
     /// (RESP), e.g. `server.command(&["DBSIZE"])` gives `":0\r\n"`.
     pub fn command(&self, args: &[&str]) -> io::Result<String> {
@@ -174,11 +222,44 @@ impl RedisServer {
                 break;
             }
             reply.extend_from_slice(&buf[..n]);
-            if resp_complete(&reply) {
+            if reply_len(&reply).is_some() {
                 break;
             }
         }
         Ok(String::from_utf8_lossy(&reply).into_owned())
+    }
+
+    /// Sends several commands over one fresh connection (what `WAIT` needs:
+    /// it waits for the writes of its own connection) and returns their raw
+    /// replies, of the simple kinds (status, error, integer, bulk string).
+    pub fn pipeline(&self, commands: &[&[&str]]) -> io::Result<Vec<String>> {
+        let mut stream = TcpStream::connect((Ipv4Addr::LOCALHOST, self.port))?;
+        stream.set_read_timeout(Some(STARTUP_TIMEOUT))?;
+        let mut request = String::new();
+        for args in commands {
+            request.push_str(&format!("*{}\r\n", args.len()));
+            for arg in *args {
+                request.push_str(&format!("${}\r\n{arg}\r\n", arg.len()));
+            }
+        }
+        stream.write_all(request.as_bytes())?;
+        let mut received = Vec::new();
+        let mut replies = Vec::new();
+        let mut buf = [0u8; 4096];
+        // Replies used here are small; read until each one is complete.
+        while replies.len() < commands.len() {
+            let n = stream.read(&mut buf)?;
+            if n == 0 {
+                replies.push(String::from_utf8_lossy(&received).into_owned());
+                break;
+            }
+            received.extend_from_slice(&buf[..n]);
+            while let Some(len) = reply_len(&received) {
+                replies.push(String::from_utf8_lossy(&received[..len]).into_owned());
+                received.drain(..len);
+            }
+        }
+        Ok(replies)
     }
 
     fn spawn(&mut self) -> io::Result<()> {
@@ -290,20 +371,24 @@ fn fresh_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
-/// Whether `reply` holds one complete RESP value of the simple kinds used
-/// here (status, error, integer, bulk string).
-fn resp_complete(reply: &[u8]) -> bool {
-    let Some(line_end) = reply.windows(2).position(|w| w == b"\r\n") else {
-        return false;
-    };
+/// The length of the first complete RESP value in `reply`, of the simple
+/// kinds used here (status, error, integer, bulk string; anything else is
+/// taken as one line), or `None` while it is incomplete.
+fn reply_len(reply: &[u8]) -> Option<usize> {
+    let line_end = reply.windows(2).position(|w| w == b"\r\n")?;
     match reply.first() {
         Some(b'$') => {
             let len: i64 = std::str::from_utf8(&reply[1..line_end])
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(0);
-            len < 0 || reply.len() >= line_end + 2 + len as usize + 2
+            let total = if len < 0 {
+                line_end + 2
+            } else {
+                line_end + 2 + len as usize + 2
+            };
+            (reply.len() >= total).then_some(total)
         }
-        _ => true,
+        _ => Some(line_end + 2),
     }
 }
