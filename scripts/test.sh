@@ -21,6 +21,10 @@ cargo test
 # The optional features must keep compiling; the blocking client has its own tests.
 cargo check --features tls,blocking
 cargo test --features blocking --test blocking
+# Examples in their short mode, against local nodes they start; each asserts its outcome.
+for example in cron_guard api_key_pool; do
+  cargo run --quiet --example "$example" -- --short
+done
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
 cargo test --bench latency -- --smoke
 cargo test --bench watchdog -- --smoke
