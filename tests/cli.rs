@@ -2,6 +2,8 @@
 //! exclusion, termination on loss, exit statuses), `check`, `demo`, and
 //! usage errors.
 
+#![cfg(feature = "cli")]
+
 mod support;
 
 use std::net::{Ipv4Addr, TcpListener};
@@ -232,6 +234,40 @@ fn a_command_that_ignores_sigterm_is_killed_after_the_grace_period() {
         "lost-kill",
         "trap '' TERM; echo $$ > PIDFILE; while :; do sleep 0.1; done",
     );
+}
+
+#[test]
+fn signals_to_quorumlock_are_forwarded_and_the_lock_kept_until_the_command_exits() {
+    let nodes = start_nodes(1);
+    let dir = scratch("signals");
+    let ready = dir.join("ready");
+    // The command takes a moment to clean up after SIGTERM, then exits 3.
+    let script = format!(
+        "trap 'sleep 0.3; exit 3' TERM; echo >> {}; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let mut run = quorumlock(
+        &nodes,
+        &["run", "--key", "cli:signals", "--", "sh", "-c", &script],
+    )
+    .spawn()
+    .expect("spawn run");
+    wait_for_file(&ready, Duration::from_secs(10));
+    let status = Command::new("kill")
+        .args(["-TERM", &run.id().to_string()])
+        .status()
+        .expect("kill(1)");
+    assert!(status.success());
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        support::dbsize(&nodes[0]),
+        1,
+        "the lock is held while the command cleans up"
+    );
+    let status = wait_child(&mut run, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(3), "the command's own status");
+    assert_eq!(support::dbsize(&nodes[0]), 0, "released after the command exited");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
