@@ -11,17 +11,20 @@ else
   echo "rustfmt not installed: skipping the format check" >&2
 fi
 if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --all-targets -- -D warnings
+  cargo clippy --all-targets --all-features -- -D warnings
 else
   echo "clippy not installed: skipping lints" >&2
 fi
 
 # Library, CLI, integration tests and the README/rustdoc examples.
 cargo test
-# The optional `tls` feature must keep compiling.
-cargo check --features tls
-# Examples, in their short mode (each asserts its outcome).
-cargo run --quiet --example inventory -- --short
+# The optional features must keep compiling; the blocking client has its own tests.
+cargo check --features tls,blocking
+cargo test --features blocking --test blocking
+# Examples in their short mode, against local nodes they start; each asserts its outcome.
+for example in cron_guard api_key_pool inventory; do
+  cargo run --quiet --example "$example" -- --short
+done
 cargo run --quiet --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
 cargo test --bench latency -- --smoke

@@ -65,6 +65,9 @@ pub(crate) struct Config {
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
 #[derive(Debug)]
+// Built once per node at configuration time; with `tls` a client is large,
+// which costs nothing here.
+#[allow(clippy::large_enum_variant)]
 enum NodeSpec {
     Url(String),
     Client(redis::Client),

@@ -3,6 +3,8 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 mod builder;
 mod error;
 mod fence;

@@ -190,9 +190,11 @@ async fn thousand_locks_cost_one_renewal_call_per_node_per_tick() {
     let window = Duration::from_millis(2500);
     tokio::time::sleep(window).await;
     assert!(guards.iter().all(|g| g.is_held()));
-    // Renewal every ttl/3 = 1 s; early renewals within half a period join a
-    // tick, so at most 2 ticks per second, plus one; 1000 locks are 2 chunks.
-    let max_ticks = 2 * 3 + 1;
+    // Renewal every ttl/3 = 1 s; regular ticks are at least half a period
+    // apart, so about 5 ticks in 2.5 s, plus the ticks cut by the window's
+    // edges and a retry or two on a loaded machine; 1000 locks are 2 chunks.
+    // One renewal per lock would be about 2,500 calls per node.
+    let max_ticks = 2 * 3 + 4;
     let chunks = 2;
     for (server, before) in servers.iter().zip(before) {
         let renewals = calls(server, "eval") - before;

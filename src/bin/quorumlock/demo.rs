@@ -1,4 +1,5 @@
-//! `quorumlock demo`: local nodes, contending workers, a node crash, a table.
+//! `quorumlock demo`: contending workers over local nodes (started here) or
+//! given ones, a node crash and restart (local nodes only), a final table.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -8,6 +9,8 @@ use std::time::Duration;
 use quorumlock::{Error, Redlock};
 use tokio::time::Instant;
 
+use crate::{Nodes, exit, fail};
+
 #[path = "../../../tests/support/server.rs"]
 mod server;
 
@@ -15,10 +18,15 @@ use server::{Persistence, RedisServer};
 
 /// Options of `quorumlock demo`.
 #[derive(clap::Args, Debug)]
+#[command(
+    after_help = "Examples:\n  quorumlock demo\n  quorumlock demo --workers 10 --seconds 20\n  \
+    quorumlock demo --nodes redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003  \
+    (given nodes: nothing is started or killed)"
+)]
 pub(crate) struct Args {
-    /// Number of local redis-server nodes.
+    /// Number of local redis-server nodes to start when no nodes are given.
     #[arg(long, default_value_t = 5)]
-    nodes: usize,
+    local_nodes: usize,
     /// Number of workers, each with its own client (like separate processes).
     #[arg(long, default_value_t = 6)]
     workers: usize,
@@ -28,6 +36,9 @@ pub(crate) struct Args {
     /// Length of the run in seconds.
     #[arg(long, default_value_t = 6)]
     seconds: u64,
+    /// Use these nodes instead of starting local ones (then none is killed).
+    #[command(flatten)]
+    nodes: Nodes,
 }
 
 /// Lock ttl used by the workers: short, so a lost holder frees quickly.
@@ -40,37 +51,64 @@ const WORK: Duration = Duration::from_millis(10);
 struct Counters {
     acquired: AtomicUsize,
     busy: AtomicUsize,
+    lost: AtomicUsize,
     errors: AtomicUsize,
 }
 
-pub(crate) async fn run(args: Args) -> ExitCode {
-    if args.nodes == 0 || args.workers == 0 || args.resources == 0 || args.seconds == 0 {
-        eprintln!("error: --nodes, --workers, --resources and --seconds must be at least 1");
-        return ExitCode::from(2);
+/// Marks a worker inside a resource's critical section; counts an overlap
+/// when someone else is already inside. Leaves on drop, also when the work
+/// is dropped because the lock was lost.
+struct Inside<'a> {
+    count: &'a AtomicUsize,
+}
+
+impl<'a> Inside<'a> {
+    fn enter(count: &'a AtomicUsize, overlaps: &AtomicUsize) -> Self {
+        if count.fetch_add(1, Ordering::SeqCst) != 0 {
+            overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        Inside { count }
     }
-    println!(
-        "starting {} local redis-server nodes (AOF, appendfsync always)...",
-        args.nodes
-    );
-    let mut nodes = Vec::new();
-    for _ in 0..args.nodes {
-        match RedisServer::try_start(Persistence::AofAlways, &[]) {
-            Ok(node) => nodes.push(node),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub(crate) async fn run(args: Args) -> ExitCode {
+    if args.local_nodes == 0 || args.workers == 0 || args.resources == 0 || args.seconds == 0 {
+        return fail(
+            exit::USAGE,
+            "--local-nodes, --workers, --resources and --seconds must be at least 1",
+        );
+    }
+    let mut local = Vec::new();
+    let mut urls = args.nodes.urls();
+    if urls.is_empty() {
+        println!(
+            "starting {} local redis-server nodes (AOF, appendfsync always)...",
+            args.local_nodes
+        );
+        for _ in 0..args.local_nodes {
+            match RedisServer::try_start(Persistence::AofAlways, &[]) {
+                Ok(node) => local.push(node),
+                Err(e) => return fail(exit::UNREACHABLE, e),
             }
         }
+        urls = local.iter().map(RedisServer::url).collect();
+    } else {
+        println!("using the given nodes; none is started, killed or restarted");
     }
-    let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     println!("nodes: {}", urls.join(" "));
     println!(
         "{} workers contend for {} resources for {} s; quorum {} of {}",
         args.workers,
         args.resources,
         args.seconds,
-        args.nodes / 2 + 1,
-        args.nodes
+        urls.len() / 2 + 1,
+        urls.len()
     );
 
     let inside: Arc<Vec<AtomicUsize>> = Arc::new((0..args.resources).map(|_| AtomicUsize::new(0)).collect());
@@ -79,17 +117,15 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     let mut counters = Vec::new();
     let mut tasks = Vec::new();
     for worker in 0..args.workers {
-        let redlock = match Redlock::builder()
+        let built = Redlock::builder()
             .nodes(urls.clone())
+            .node_timeout(args.nodes.node_timeout)
             .retry_delay(Duration::from_millis(20))
             .wait(Duration::from_secs(1))
-            .build()
-        {
+            .build();
+        let redlock = match built {
             Ok(r) => r,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
+            Err(e) => return fail(exit::USAGE, e),
         };
         let mine = Arc::new(Counters::default());
         counters.push(Arc::clone(&mine));
@@ -99,57 +135,55 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             while Instant::now() < end {
                 round += 1;
                 let resource = round % inside.len();
-                match redlock.lock(format!("demo:resource:{resource}"), TTL).await {
-                    Ok(guard) => {
-                        if inside[resource].fetch_add(1, Ordering::SeqCst) != 0 {
-                            overlaps.fetch_add(1, Ordering::SeqCst);
-                        }
-                        tokio::time::sleep(WORK).await;
-                        inside[resource].fetch_sub(1, Ordering::SeqCst);
-                        mine.acquired.fetch_add(1, Ordering::Relaxed);
-                        if let Err(e) = guard.release().await
-                            && mine.errors.fetch_add(1, Ordering::Relaxed) < 3
-                        {
-                            println!("  worker {worker}: release: {e}");
-                        }
-                    }
-                    Err(Error::Held { .. }) => {
-                        mine.busy.fetch_add(1, Ordering::Relaxed);
-                    }
-                    Err(e) => {
-                        if mine.errors.fetch_add(1, Ordering::Relaxed) < 3 {
-                            println!("  worker {worker}: {e}");
-                        }
-                    }
+                // The work is dropped (stops at its next await) if the lock
+                // is lost before it completes; with_lock then says so.
+                let work = async |_guard: &quorumlock::Guard| {
+                    let _inside = Inside::enter(&inside[resource], &overlaps);
+                    tokio::time::sleep(WORK).await;
+                };
+                let outcome = redlock
+                    .with_lock(format!("demo:resource:{resource}"), TTL, work)
+                    .await;
+                let counter = match &outcome {
+                    Ok(()) => &mine.acquired,
+                    Err(Error::Held { .. }) => &mine.busy,
+                    Err(Error::Lost { .. }) => &mine.lost,
+                    Err(_) => &mine.errors,
+                };
+                let seen = counter.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = outcome
+                    && !matches!(e, Error::Held { .. })
+                    && seen < 3
+                {
+                    println!("  worker {worker}: {e}");
                 }
             }
         }));
     }
 
-    let victim = nodes.len() / 2;
+    let victim = local.len() / 2;
     let (kill_at, restart_at) = (
         end - Duration::from_secs(args.seconds) * 2 / 3,
         end - Duration::from_secs(args.seconds) / 3,
     );
     let mut ticker = tokio::time::interval(Duration::from_secs(1));
-    let mut killed = false;
-    let mut restarted = false;
+    let (mut killed, mut restarted) = (false, false);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = tokio::signal::ctrl_c() => {
-                eprintln!("interrupted: stopping the nodes");
+                eprintln!("interrupted: stopping");
                 return ExitCode::FAILURE;
             }
         }
         let now = Instant::now();
-        if !killed && now >= kill_at {
-            nodes[victim].kill();
+        if !local.is_empty() && !killed && now >= kill_at {
+            local[victim].kill();
             killed = true;
             println!("  ! killed node {victim} (SIGKILL)");
         }
         if killed && !restarted && now >= restart_at {
-            nodes[victim].restart();
+            local[victim].restart();
             restarted = true;
             println!("  ! restarted node {victim} on the same port (its AOF brought the keys back)");
         }
@@ -165,22 +199,31 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     for task in tasks {
         let _ = task.await;
     }
+    report(&counters, overlaps.load(Ordering::SeqCst))
+}
 
+/// Prints the final table; success when something was acquired and no two
+/// holders were ever inside one resource at once.
+fn report(counters: &[Arc<Counters>], overlaps: usize) -> ExitCode {
+    let load = |c: &AtomicUsize| c.load(Ordering::Relaxed);
     println!();
-    println!("| worker | acquisitions | busy (gave up waiting) | errors |");
-    println!("|-------:|-------------:|-----------------------:|-------:|");
+    println!("| worker | acquisitions | busy (gave up waiting) | losses signalled | errors |");
+    println!("|-------:|-------------:|-----------------------:|-----------------:|-------:|");
     for (i, c) in counters.iter().enumerate() {
         println!(
-            "| {i:>6} | {:>12} | {:>22} | {:>6} |",
-            c.acquired.load(Ordering::Relaxed),
-            c.busy.load(Ordering::Relaxed),
-            c.errors.load(Ordering::Relaxed)
+            "| {i:>6} | {:>12} | {:>22} | {:>16} | {:>6} |",
+            load(&c.acquired),
+            load(&c.busy),
+            load(&c.lost),
+            load(&c.errors)
         );
     }
-    let total: usize = counters.iter().map(|c| c.acquired.load(Ordering::Relaxed)).sum();
-    let overlaps = overlaps.load(Ordering::SeqCst);
+    let total: usize = counters.iter().map(|c| load(&c.acquired)).sum();
+    let lost: usize = counters.iter().map(|c| load(&c.lost)).sum();
     println!();
-    println!("acquisitions: {total}, overlaps: {overlaps} (two holders of one resource at once)");
+    println!(
+        "acquisitions: {total}, losses signalled: {lost}, overlaps: {overlaps} (two holders of one resource at once)"
+    );
     if overlaps == 0 && total > 0 {
         ExitCode::SUCCESS
     } else {

@@ -1,0 +1,105 @@
+//! The nightly archive job of a fleet, run by exactly one instance.
+//!
+//! Three instances of a service (three containers, each with its own
+//! client) are scheduled to archive old conversations at 03:00. They all
+//! fire at the same moment; each tries the lock once (`try_lock`), one wins
+//! and archives, the others skip that night. The example runs several
+//! "nights" and asserts that exactly one instance archived each time.
+//!
+//! A lock excludes runs that overlap in time. An instance whose schedule
+//! fires after the job has already finished (clocks a minute apart, a job of
+//! a few seconds) would take the free lock and archive again: make the job
+//! idempotent per night (see `quorumlock::Idempotency`, keyed by the date)
+//! when that can happen. From a crontab, `quorumlock run --key ... --wait 0
+//! -- job` does the same as this example without any code.
+//!
+//! ```sh
+//! cargo run --example cron_guard             # 10 nights, 3 local redis-server nodes
+//! cargo run --example cron_guard -- --short  # 3 nights (CI)
+//! QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 cargo run --example cron_guard
+//! ```
+
+use std::error::Error;
+use std::sync::Arc;
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use tokio::sync::Barrier;
+
+#[path = "../tests/support/server.rs"]
+mod server;
+
+/// The lock's ttl: longer than the job, and renewed while it runs anyway.
+const TTL: Duration = Duration::from_secs(30);
+
+/// How long one archive run takes here.
+const JOB: Duration = Duration::from_millis(200);
+
+const INSTANCES: usize = 3;
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn Error>> {
+    let short = std::env::args().any(|a| a == "--short");
+    let nights = if short { 3 } else { 10 };
+    let (urls, _local) = nodes()?;
+    println!("{INSTANCES} instances, nodes: {}", urls.join(" "));
+    let instances = (0..INSTANCES)
+        .map(|_| Redlock::builder().nodes(urls.clone()).build())
+        .collect::<Result<Vec<_>, _>>()?;
+
+    for night in 1..=nights {
+        // Cron fires on every instance at the same moment.
+        let start = Arc::new(Barrier::new(INSTANCES));
+        let runs = instances.iter().enumerate().map(|(i, redlock)| {
+            let (redlock, start) = (redlock.clone(), Arc::clone(&start));
+            tokio::spawn(async move {
+                start.wait().await;
+                match redlock.try_lock("cron:archive-old-conversations", TTL).await? {
+                    Some(guard) => {
+                        archive_old_conversations(night).await;
+                        guard.release().await?;
+                        Ok::<_, quorumlock::Error>(Some(i))
+                    }
+                    None => Ok(None),
+                }
+            })
+        });
+        let mut archived_by = Vec::new();
+        for run in futures::future::join_all(runs).await {
+            if let Some(instance) = run?? {
+                archived_by.push(instance);
+            }
+        }
+        assert_eq!(archived_by.len(), 1, "night {night}: archived by {archived_by:?}");
+        println!(
+            "night {night:>2}: instance {} archived; the other {} skipped",
+            archived_by[0],
+            INSTANCES - 1
+        );
+    }
+    println!("ok: every night exactly one of {INSTANCES} instances ran the job");
+    Ok(())
+}
+
+/// Stands for the real job (moving old rows to cold storage).
+async fn archive_old_conversations(_night: u32) {
+    tokio::time::sleep(JOB).await;
+}
+
+/// Nodes from `QUORUMLOCK_NODES`, or three local redis-server nodes started
+/// here (stopped when the returned servers are dropped).
+fn nodes() -> Result<(Vec<String>, Vec<server::RedisServer>), Box<dyn Error>> {
+    let given: Vec<String> = std::env::var("QUORUMLOCK_NODES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if !given.is_empty() {
+        return Ok((given, Vec::new()));
+    }
+    let servers = (0..3)
+        .map(|_| server::RedisServer::try_start(server::Persistence::AofAlways, &[]))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((servers.iter().map(server::RedisServer::url).collect(), servers))
+}

@@ -1,0 +1,174 @@
+//! The blocking client (feature `blocking`) against real redis-server nodes:
+//! exclusion, waiting, renewal while the caller's thread is busy, loss
+//! reporting, background release on drop, and refusal inside a runtime.
+
+#![cfg(feature = "blocking")]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use quorumlock::Error;
+use quorumlock::blocking::{Guard, Redlock};
+use support::{RedisServer, dbsize, get, pttl, start_nodes};
+
+fn client(nodes: &[RedisServer]) -> Redlock {
+    support::builder(nodes)
+        .build_blocking()
+        .expect("valid test config")
+}
+
+/// Polls `condition` every 10 ms until it holds, at most `limit`.
+fn eventually(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if condition() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    condition()
+}
+
+#[test]
+fn public_types_are_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Redlock>();
+    check::<Guard>();
+}
+
+#[test]
+fn try_lock_excludes_another_client_until_released() {
+    let nodes = start_nodes(3);
+    let (a, b) = (client(&nodes), client(&nodes));
+    let ttl = Duration::from_secs(5);
+    let guard = a.try_lock("blocking:excl", ttl).unwrap().expect("free");
+    assert!(guard.is_held());
+    assert!(guard.valid_until() > Instant::now());
+    assert_eq!(get(&nodes[0], "blocking:excl").as_deref(), Some(guard.token()));
+    assert!(b.try_lock("blocking:excl", ttl).unwrap().is_none(), "held by a");
+    let report = guard.release().unwrap();
+    assert_eq!(report.deleted, 3);
+    b.try_lock("blocking:excl", ttl)
+        .unwrap()
+        .expect("free again")
+        .release()
+        .unwrap();
+}
+
+#[test]
+fn lock_waits_for_a_release_on_another_thread() {
+    let nodes = start_nodes(3);
+    let (a, b) = (client(&nodes), client(&nodes));
+    let guard = a.lock("blocking:wait", Duration::from_secs(5)).unwrap();
+    let holder = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        guard.release().unwrap();
+    });
+    let start = Instant::now();
+    let second = b.lock("blocking:wait", Duration::from_secs(5)).unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(250));
+    holder.join().unwrap();
+    second.release().unwrap();
+}
+
+#[test]
+fn the_watchdog_renews_while_the_callers_thread_is_busy() {
+    let nodes = start_nodes(3);
+    let (a, b) = (client(&nodes), client(&nodes));
+    let ttl = Duration::from_secs(1);
+    let value = a
+        .with_lock("blocking:busy", ttl, |guard| {
+            // Busy outside any runtime call for 2.5 ttls.
+            std::thread::sleep(ttl * 5 / 2);
+            assert!(guard.is_held(), "renewed in the background");
+            assert!(pttl(&nodes[0], "blocking:busy") > 0);
+            assert!(b.try_lock("blocking:busy", ttl).unwrap().is_none());
+            "done"
+        })
+        .unwrap();
+    assert_eq!(value, "done");
+    assert!(nodes.iter().all(|n| dbsize(n) == 0), "released after the work");
+}
+
+#[test]
+fn with_lock_reports_a_loss_during_the_work() {
+    let mut nodes = start_nodes(3);
+    let redlock = client(&nodes);
+    let ttl = Duration::from_secs(1);
+    let victims = &mut nodes[..2];
+    let outcome = redlock.with_lock("blocking:lost", ttl, |guard| {
+        for node in victims.iter_mut() {
+            node.kill();
+        }
+        // A synchronous closure is not interrupted: it watches the guard.
+        assert!(guard.wait_lost(ttl * 3).unwrap(), "loss signalled");
+        assert!(!guard.is_held());
+        42
+    });
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
+
+#[test]
+fn dropping_a_guard_releases_the_lock() {
+    let nodes = start_nodes(3);
+    let redlock = client(&nodes);
+    let guard = redlock.lock("blocking:drop", Duration::from_secs(30)).unwrap();
+    assert_eq!(dbsize(&nodes[0]), 1);
+    {
+        let _scoped = redlock.lock("blocking:scoped", Duration::from_secs(30)).unwrap();
+        assert_eq!(dbsize(&nodes[0]), 2);
+    }
+    assert!(
+        get(&nodes[0], "blocking:scoped").is_none(),
+        "released at the end of its scope"
+    );
+    drop(guard);
+    for node in &nodes {
+        assert_eq!(dbsize(node), 0, "the drop released the keys before returning");
+    }
+}
+
+#[test]
+fn extend_moves_the_validity() {
+    let nodes = start_nodes(3);
+    let redlock = client(&nodes)
+        .with_options(quorumlock::LockOptions::new().auto_renew(false))
+        .unwrap();
+    let mut guard = redlock.lock("blocking:extend", Duration::from_secs(2)).unwrap();
+    let before = guard.valid_until();
+    guard.extend(Duration::from_secs(20)).unwrap();
+    assert!(guard.valid_until() > before + Duration::from_secs(10));
+    assert!(pttl(&nodes[0], "blocking:extend") > 10_000);
+    assert!(!guard.wait_lost(Duration::from_millis(50)).unwrap());
+    guard.release().unwrap();
+}
+
+#[test]
+fn calls_from_inside_a_runtime_are_config_errors() {
+    let nodes = start_nodes(1);
+    let redlock = client(&nodes);
+    let outside = redlock.lock("blocking:rt", Duration::from_secs(5)).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let error = redlock
+            .try_lock("blocking:other", Duration::from_secs(5))
+            .unwrap_err();
+        assert!(
+            matches!(error, Error::Config(ref m) if m.contains("inside a Tokio runtime")),
+            "{error}"
+        );
+        assert!(matches!(outside.wait_lost(Duration::ZERO), Err(Error::Config(_))));
+        // Inside async code the drop releases in the background.
+        drop(outside);
+    });
+    assert!(
+        eventually(Duration::from_secs(5), || dbsize(&nodes[0]) == 0),
+        "the guard dropped in async code was released"
+    );
+    // Dropping the last handle of a client (its runtime) in async code must not panic.
+    runtime.block_on(async move { drop(redlock) });
+}
