@@ -29,6 +29,12 @@ use crate::node::Node;
 /// down is retried at this pace (waiters keep polling meanwhile).
 const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(100);
 
+/// How often an idle pub/sub connection is checked with a PING. A connection
+/// can die without the client noticing (a half-open socket, a black-holed
+/// network path); the check bounds how long waiters miss notifications from
+/// that node (they keep polling meanwhile).
+const PUBSUB_PING: Duration = Duration::from_secs(1);
+
 /// The pub/sub channel announcing releases of `resource`.
 pub(crate) fn channel(resource: &str) -> String {
     format!("quorumlock:released:{resource}")
@@ -215,8 +221,16 @@ async fn subscriber(
         if !current.is_empty() && sink.subscribe(&current).await.is_err() {
             continue;
         }
+        let mut health = tokio::time::interval(PUBSUB_PING);
+        health.tick().await;
         loop {
             tokio::select! {
+                _ = health.tick() => {
+                    let ping = tokio::time::timeout(node.connect_timeout(), sink.ping::<redis::Value>()).await;
+                    if !matches!(ping, Ok(Ok(_))) {
+                        break;
+                    }
+                }
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Subscribe(name, done)) => {
