@@ -155,11 +155,7 @@ async fn a_late_holder_cannot_release_or_extend_the_next_owners_lock() {
         .unwrap()
         .unwrap();
     // Wait for the keys to expire on every node.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while servers.iter().any(|s| dbsize(s) != 0) {
-        assert!(Instant::now() < deadline, "keys did not expire");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_empty(&servers, Duration::from_secs(5)).await;
     let current = next
         .try_lock("invoice:42", Duration::from_secs(5))
         .await

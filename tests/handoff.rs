@@ -28,14 +28,6 @@ fn numsub(server: &RedisServer, resource: &str) -> i64 {
         .unwrap_or_else(|| panic!("PUBSUB NUMSUB reply {reply:?}"))
 }
 
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Runs `waiters` tasks that take turns on one resource for `rounds` each; a
 /// task that released waits until someone else acquired before it queues
 /// again, so every hand-off goes to a waiter. Returns the hand-off gaps
@@ -184,9 +176,11 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
         })
         .collect();
     for server in &servers {
-        eventually("every node has the waiters' subscription", || {
-            numsub(server, "shared") == 1
-        })
+        eventually(
+            "every node has the waiters' subscription",
+            Duration::from_secs(5),
+            || numsub(server, "shared") == 1,
+        )
         .await;
     }
     // Five waiters, one subscription per node.
@@ -199,7 +193,10 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
         waiter.abort();
     }
     for server in &servers {
-        eventually("the channel is unsubscribed", || numsub(server, "shared") == 0).await;
+        eventually("the channel is unsubscribed", Duration::from_secs(5), || {
+            numsub(server, "shared") == 0
+        })
+        .await;
     }
     // And so do waiters that got the lock.
     let next = tokio::spawn({
@@ -207,12 +204,18 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
         async move { redlock.lock("shared", Duration::from_secs(10)).await }
     });
     for server in &servers {
-        eventually("the new waiter subscribed", || numsub(server, "shared") == 1).await;
+        eventually("the new waiter subscribed", Duration::from_secs(5), || {
+            numsub(server, "shared") == 1
+        })
+        .await;
     }
     guard.release().await.unwrap();
     next.await.unwrap().unwrap().release().await.unwrap();
     for server in &servers {
-        eventually("no subscription is left", || numsub(server, "shared") == 0).await;
+        eventually("no subscription is left", Duration::from_secs(5), || {
+            numsub(server, "shared") == 0
+        })
+        .await;
     }
 }
 
@@ -228,7 +231,10 @@ async fn a_release_without_notification_is_still_picked_up_by_polling() {
         .unwrap();
     let waiter = tokio::spawn(async move { redlock.lock("legacy", Duration::from_secs(10)).await });
     for server in &servers {
-        eventually("the waiter subscribed", || numsub(server, "legacy") == 1).await;
+        eventually("the waiter subscribed", Duration::from_secs(5), || {
+            numsub(server, "legacy") == 1
+        })
+        .await;
     }
     // Another library releases with a plain owner-checked DEL: no message.
     let released = Instant::now();
@@ -260,14 +266,17 @@ async fn a_node_that_drops_the_subscription_is_resubscribed() {
         .build()
         .unwrap();
     let waiter = tokio::spawn(async move { redlock.lock("resub", Duration::from_secs(10)).await });
-    eventually("subscribed", || numsub(&servers[0], "resub") == 1).await;
+    eventually("subscribed", Duration::from_secs(5), || {
+        numsub(&servers[0], "resub") == 1
+    })
+    .await;
     servers[0].restart();
     assert_eq!(
         numsub(&servers[0], "resub"),
         0,
         "a fresh server has no subscribers"
     );
-    eventually("resubscribed after the restart", || {
+    eventually("resubscribed after the restart", Duration::from_secs(5), || {
         numsub(&servers[0], "resub") == 1
     })
     .await;

@@ -243,11 +243,7 @@ async fn without_auto_renew_the_lock_runs_out_and_the_holder_is_told() {
     let lost_at = Instant::now();
     assert!(lost_at >= guard.valid_until());
     assert!(lost_at <= guard.valid_until() + TOLERANCE);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while servers.iter().any(|s| dbsize(s) != 0) {
-        assert!(Instant::now() < deadline, "keys outlived their ttl");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    all_empty(&servers, Duration::from_secs(2)).await;
 }
 
 #[tokio::test]
@@ -287,14 +283,7 @@ async fn with_lock_releases_when_the_work_panics() {
         }
     });
     assert!(task.await.unwrap_err().is_panic());
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while servers.iter().any(|s| dbsize(s) != 0) {
-        assert!(
-            Instant::now() < deadline,
-            "the panicking holder's lock was not released"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    all_empty(&servers, Duration::from_secs(5)).await;
     assert!(
         redlock
             .try_lock("panicky", Duration::from_secs(10))

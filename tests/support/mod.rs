@@ -87,3 +87,25 @@ pub fn calls(server: &RedisServer, command: &str) -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
+
+/// Polls `condition` every 10 ms until it holds; panics naming `what` once
+/// `limit` has passed. For conditions that become true at a time the test
+/// cannot know (a background release, a key's expiry on the server).
+pub async fn eventually(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (up to `limit`) until no server holds any key.
+pub async fn all_empty(servers: &[RedisServer], limit: Duration) {
+    eventually("every node is empty", limit, || {
+        servers.iter().all(|s| dbsize(s) == 0)
+    })
+    .await;
+}
