@@ -28,8 +28,10 @@ pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default time to establish a connection to a node (TCP, TLS, AUTH).
 ///
 /// Larger than the per-node timeout because a handshake costs several round
-/// trips; a request waiting for it is still cut at the per-node timeout, and
-/// the next request picks up the connection once it is ready.
+/// trips. A connection is set up by the first request that needs it; an
+/// acquire or extend gives up on it at its per-node deadline (the next
+/// request starts over), while a release, driven for up to the lock's ttl,
+/// can wait for it to complete.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Default clock drift allowance as a fraction of the ttl (1 %).

@@ -55,7 +55,7 @@ pub enum Error {
     ValidityUsedUp {
         /// Time the operation took, measured on the monotonic clock.
         elapsed: Duration,
-        /// The ttl that was asked for.
+        /// The ttl used: the one asked for, cut to whole milliseconds.
         ttl: Duration,
         /// The minimum validity the caller required.
         min: Duration,
