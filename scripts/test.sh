@@ -22,7 +22,7 @@ cargo test
 cargo check --features tls,blocking
 cargo test --features blocking --test blocking
 # Examples in their short mode, against local nodes they start; each asserts its outcome.
-for example in cron_guard api_key_pool inventory; do
+for example in cron_guard api_key_pool inventory document_worker; do
   cargo run --quiet --example "$example" -- --short
 done
 cargo run --quiet --example inventory -- --short --restart

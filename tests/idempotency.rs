@@ -417,3 +417,32 @@ fn idempotency_and_its_futures_are_send_and_sync() {
     let run_string = idem.run_string("k", TTL, || async { Ok::<_, io::Error>(String::new()) });
     send(&run_string);
 }
+
+#[tokio::test]
+async fn distinct_keys_run_independently() {
+    let servers = start_nodes(3);
+    let idem = client(&servers).idempotency();
+    let runs: Vec<Arc<AtomicUsize>> = (0..4).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    // Four keys, each called three times concurrently: each operation runs
+    // once, for its own key, and its callers get its own result.
+    let calls = (0..12).map(|i| {
+        let (idem, runs) = (idem.clone(), Arc::clone(&runs[i % 4]));
+        async move {
+            let key = format!("idem:distinct:{}", i % 4);
+            let value = idem
+                .run_string(&key, TTL, || async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    runs.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, io::Error>(format!("result-{}", i % 4))
+                })
+                .await;
+            (i % 4, value)
+        }
+    });
+    for (key, value) in futures::future::join_all(calls).await {
+        assert_eq!(value.unwrap(), format!("result-{key}"));
+    }
+    for (key, runs) in runs.iter().enumerate() {
+        assert_eq!(runs.load(Ordering::SeqCst), 1, "key {key} ran once");
+    }
+}
