@@ -53,6 +53,16 @@ pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
 /// restores the margin the lock had. It never overwrites another owner's key.
 pub const DEFAULT_HEAL: bool = true;
 
+/// Whether concurrent single-key acquires and releases to a node are
+/// coalesced into one script call (default on).
+///
+/// A lone caller is never delayed (a request that finds the node idle goes
+/// at once); under load, one call per node carries every request that queued
+/// while the previous one was in flight, which saves the servers' and the
+/// client's per-command overhead. Turn it off for nodes that are Redis
+/// Cluster members (a batch mixes keys of any hash slot).
+pub const DEFAULT_BATCHING: bool = true;
+
 /// Settings shared by a client and all its guards.
 #[derive(Debug)]
 pub(crate) struct Config {
@@ -102,6 +112,7 @@ pub struct RedlockBuilder {
     drift_factor: f64,
     drift_fixed: Duration,
     heal: bool,
+    batching: bool,
     replica_ack: Option<ReplicaAck>,
     options: LockOptions,
 }
@@ -115,6 +126,7 @@ impl Default for RedlockBuilder {
             drift_factor: DEFAULT_DRIFT_FACTOR,
             drift_fixed: DEFAULT_DRIFT_FIXED,
             heal: DEFAULT_HEAL,
+            batching: DEFAULT_BATCHING,
             replica_ack: None,
             options: LockOptions::default(),
         }
@@ -183,6 +195,13 @@ impl RedlockBuilder {
     /// default. Read [`ReplicaAck`] for what it does and does not guarantee.
     pub fn replica_ack(mut self, ack: ReplicaAck) -> Self {
         self.replica_ack = Some(ack);
+        self
+    }
+
+    /// Whether concurrent acquires and releases to a node are sent as one
+    /// script call. The default is [`DEFAULT_BATCHING`].
+    pub fn batching(mut self, on: bool) -> Self {
+        self.batching = on;
         self
     }
 
@@ -280,7 +299,9 @@ impl RedlockBuilder {
                         client.get_connection_info().addr()
                     )));
                 }
-                Ok(Node::new(client, self.connect_timeout).with_replica_ack(self.replica_ack))
+                Ok(Node::new(client, self.connect_timeout)
+                    .with_replica_ack(self.replica_ack)
+                    .with_batching(self.batching))
             })
             .collect::<Result<Vec<_>>>()?;
         if nodes.len() % 2 == 0 {

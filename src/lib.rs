@@ -5,6 +5,7 @@
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
+mod batch;
 mod builder;
 mod error;
 mod fence;
@@ -20,7 +21,7 @@ mod scripts;
 mod watchdog;
 
 pub use builder::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL, DEFAULT_NODE_TIMEOUT,
+    DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL, DEFAULT_NODE_TIMEOUT,
     DEFAULT_TTL, RedlockBuilder,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};

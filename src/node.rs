@@ -1,7 +1,8 @@
 //! One Redis node: its connection and the commands the lock sends to it.
 //!
 //! This is the one place that talks to a node, so that acquire, release and
-//! renewal share one connection (and can later be batched here). Timeouts are
+//! renewal share one connection, and concurrent acquires and releases are
+//! coalesced here (`crate::batch`). Timeouts are
 //! not applied here but by the quorum layer, which owns the per-node budget.
 
 use std::fmt;
@@ -15,6 +16,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, Value};
 use tokio::sync::Mutex;
 
+use crate::batch::{self, Batcher, Op};
 use crate::lock::Resources;
 use crate::replica::{Acked, ReplicaAck};
 use crate::scripts;
@@ -46,14 +48,22 @@ static GENERATION: AtomicU64 = AtomicU64::new(0);
 pub(crate) struct Node {
     /// `host:port/db` for messages; never contains the password.
     name: String,
-    client: Client,
     connect_timeout: Duration,
+    conn: Arc<Conn>,
+    /// Coalesces concurrent single-key acquires and releases (`None`: off).
+    batcher: Option<Arc<Batcher>>,
+    /// Replica-acknowledged mode: `WAIT` after every lock write.
+    replica_ack: Option<ReplicaAck>,
+}
+
+/// The node's one request connection and the ordered hand-over to it
+/// (see [`Node`]); shared with the batcher's background flushes.
+pub(crate) struct Conn {
+    client: Client,
     config: AsyncConnectionConfig,
     /// The live connection, if any, with a generation number so that a
     /// request that saw it fail discards that connection and not a newer one.
-    conn: Mutex<Option<(u64, MultiplexedConnection)>>,
-    /// Replica-acknowledged mode: `WAIT` after every lock write.
-    replica_ack: Option<ReplicaAck>,
+    slot: Mutex<Option<(u64, MultiplexedConnection)>>,
 }
 
 impl Node {
@@ -69,12 +79,21 @@ impl Node {
             .set_response_timeout(None);
         Node {
             name,
-            client,
             connect_timeout,
-            config,
-            conn: Mutex::new(None),
+            conn: Arc::new(Conn {
+                client,
+                config,
+                slot: Mutex::new(None),
+            }),
+            batcher: Some(Arc::default()),
             replica_ack: None,
         }
+    }
+
+    /// Turns coalescing of concurrent acquires and releases on or off.
+    pub(crate) fn with_batching(mut self, on: bool) -> Self {
+        self.batcher = on.then(Arc::default);
+        self
     }
 
     /// Follows every lock write (acquire, extend, renewal) with `WAIT`.
@@ -90,7 +109,7 @@ impl Node {
     /// The client, for connections other than the request connection
     /// (pub/sub).
     pub(crate) fn client(&self) -> &Client {
-        &self.client
+        &self.conn.client
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -98,78 +117,13 @@ impl Node {
     }
 
     /// Sends `cmd` in request order (see the type docs) and awaits its reply.
-    ///
-    /// A node that is down fails the request at once (connection refused)
-    /// or after the connect timeout; the next request tries to connect
-    /// again, so a restarted node takes part as soon as it is back.
     pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
-        let reply = self
-            .hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
-            .await?;
-        Ok(redis::from_redis_value(reply)?)
+        self.conn.send(cmd).await
     }
 
-    /// Sends the commands of `pipe` in request order as one unit on one
-    /// connection and awaits their replies (server errors stay in the list).
+    /// Sends the commands of `pipe` in request order as one unit.
     pub(crate) async fn send_pipeline(&self, pipe: Pipeline) -> RedisResult<Vec<Value>> {
-        let count = pipe.len();
-        let replies = self
-            .hand_over(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
-            .await?;
-        if replies.len() != count {
-            return Err(wrong_reply_count());
-        }
-        Ok(replies)
-    }
-
-    /// Runs `request` on the connection in request order (see the type
-    /// docs): under the fair lock until its first poll has handed the
-    /// commands over, then without it until the reply.
-    async fn hand_over<R, F, Fut>(&self, request: F) -> RedisResult<R>
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = RedisResult<R>>,
-    {
-        let (generation, mut reply) = {
-            let mut slot = self.conn.lock().await;
-            let (generation, conn) = match &*slot {
-                Some((generation, conn)) => (*generation, conn.clone()),
-                None => {
-                    let conn = self
-                        .client
-                        .get_multiplexed_async_connection_with_config(&self.config)
-                        .await?;
-                    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
-                    *slot = Some((generation, conn.clone()));
-                    (generation, conn)
-                }
-            };
-            let mut reply = Box::pin(request(conn));
-            // The first poll hands the command to the connection's writer
-            // queue (or takes a place in its fair wait for room): this fixes
-            // its position before the next request may go.
-            if let Poll::Ready(result) = futures::poll!(reply.as_mut()) {
-                drop(slot);
-                return self.settle(generation, result).await;
-            }
-            (generation, reply)
-        };
-        let result = reply.as_mut().await;
-        self.settle(generation, result).await
-    }
-
-    /// Drops the connection after an error that leaves it unusable, so that
-    /// the next request reconnects.
-    async fn settle<R>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
-        if let Err(e) = &result
-            && (e.is_unrecoverable_error() || e.is_connection_dropped())
-        {
-            let mut slot = self.conn.lock().await;
-            if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
-                *slot = None;
-            }
-        }
-        result
+        self.conn.send_pipeline(pipe).await
     }
 
     /// Sends a lock write; in replica-acknowledged mode followed by `WAIT`
@@ -217,6 +171,14 @@ impl Node {
         fence: Option<&AtomicU64>,
     ) -> RedisResult<Acked<bool>> {
         let ttl_ms = millis(ttl);
+        if let ([key], None, None, Some(batcher)) = (keys, fence, &self.replica_ack, &self.batcher) {
+            let op = Op::Acquire {
+                key: key.clone(),
+                token: token.into(),
+                ttl_ms,
+            };
+            return Ok(Ok(batch::submit(batcher, &self.conn, op).await? == 1));
+        }
         let cmd = if fence.is_some() {
             let fence_keys: Vec<String> = keys.iter().map(|k| crate::fence::fence_key(k)).collect();
             let mut cmd = redis::cmd("EVAL");
@@ -271,6 +233,13 @@ impl Node {
 
     /// Owner-checked delete. Returns how many keys still held our token.
     pub(crate) async fn release(&self, keys: &[String], token: &str) -> RedisResult<usize> {
+        if let ([key], Some(batcher)) = (keys, &self.batcher) {
+            let op = Op::Release {
+                key: key.clone(),
+                token: token.into(),
+            };
+            return Ok(usize::from(batch::submit(batcher, &self.conn, op).await? == 1));
+        }
         let mut cmd = scripts::eval(scripts::RELEASE, keys);
         cmd.arg(token);
         self.send(cmd).await
@@ -346,6 +315,84 @@ impl Node {
         }
         Ok(acked.map(|()| statuses))
     }
+}
+
+impl Conn {
+    /// Sends `cmd` in request order (see the type docs) and awaits its reply.
+    ///
+    /// A node that is down fails the request at once (connection refused)
+    /// or after the connect timeout; the next request tries to connect
+    /// again, so a restarted node takes part as soon as it is back.
+    pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
+        let reply = self
+            .hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+            .await?;
+        Ok(redis::from_redis_value(reply)?)
+    }
+
+    /// Sends the commands of `pipe` in request order as one unit on one
+    /// connection and awaits their replies (server errors stay in the list).
+    pub(crate) async fn send_pipeline(&self, pipe: Pipeline) -> RedisResult<Vec<Value>> {
+        let count = pipe.len();
+        let replies = self
+            .hand_over(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
+            .await?;
+        if replies.len() != count {
+            return Err(wrong_reply_count());
+        }
+        Ok(replies)
+    }
+
+    /// Runs `request` on the connection in request order (see the type
+    /// docs): under the fair lock until its first poll has handed the
+    /// commands over, then without it until the reply.
+    async fn hand_over<R, F, Fut>(&self, request: F) -> RedisResult<R>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<R>>,
+    {
+        let (generation, mut reply) = {
+            let mut slot = self.slot.lock().await;
+            let (generation, conn) = match &*slot {
+                Some((generation, conn)) => (*generation, conn.clone()),
+                None => {
+                    let conn = self
+                        .client
+                        .get_multiplexed_async_connection_with_config(&self.config)
+                        .await?;
+                    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+                    *slot = Some((generation, conn.clone()));
+                    (generation, conn)
+                }
+            };
+            let mut reply = Box::pin(request(conn));
+            // The first poll hands the command to the connection's writer
+            // queue (or takes a place in its fair wait for room): this fixes
+            // its position before the next request may go.
+            if let Poll::Ready(result) = futures::poll!(reply.as_mut()) {
+                drop(slot);
+                return self.settle(generation, result).await;
+            }
+            (generation, reply)
+        };
+        let result = reply.as_mut().await;
+        self.settle(generation, result).await
+    }
+
+    /// Drops the connection after an error that leaves it unusable, so that
+    /// the next request reconnects.
+    async fn settle<R>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
+        if let Err(e) = &result
+            && (e.is_unrecoverable_error() || e.is_connection_dropped())
+        {
+            let mut slot = self.slot.lock().await;
+            if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
+                *slot = None;
+            }
+        }
+        result
+    }
+
 }
 
 impl fmt::Debug for Node {
