@@ -17,7 +17,7 @@ use std::time::Duration;
 pub use proxy::{Fault, Proxy};
 use quorumlock::{Redlock, RedlockBuilder};
 #[allow(unused_imports)]
-pub use server::{Persistence, RedisServer, start_nodes, urls};
+pub use server::{Persistence, RedisServer, pause_all, start_nodes, urls};
 #[allow(unused_imports)]
 pub use skew::SkewedClock;
 
