@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, RedisResult};
+use redis::{AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
 use tokio::sync::Mutex;
 
 use crate::lock::Resources;
@@ -132,8 +132,21 @@ impl Node {
         if let [key] = keys {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
-            let reply: Option<String> = self.send(cmd).await?;
-            Ok(reply.is_some())
+            // SET NX answers +OK (set) or nil (the key exists). Any other
+            // reply does not answer this request (a connection out of step,
+            // something else on the port): a failed node, never a grant. The
+            // redis crate would turn an integer or a bulk string into
+            // `Some(String)`, so the reply is checked as a raw value.
+            match self.send::<Value>(cmd).await? {
+                Value::Okay => Ok(true),
+                Value::SimpleString(s) if s == "OK" => Ok(true),
+                Value::Nil => Ok(false),
+                other => Err(RedisError::from((
+                    ErrorKind::Parse,
+                    "unexpected reply to SET NX",
+                    format!("{other:?}"),
+                ))),
+            }
         } else {
             let mut cmd = scripts::eval(scripts::ACQUIRE, keys);
             cmd.arg(token).arg(ttl_ms);
@@ -191,8 +204,8 @@ impl Node {
         let replies = futures::future::try_join_all(calls).await?;
         let statuses: Vec<i64> = replies.into_iter().flatten().collect();
         if statuses.len() != items.len() {
-            return Err(redis::RedisError::from((
-                redis::ErrorKind::Parse,
+            return Err(RedisError::from((
+                ErrorKind::Parse,
                 "renewal script returned the wrong number of statuses",
             )));
         }

@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use quorumlock::{Error, NodeErrorKind};
+use quorumlock::{Error, NodeErrorKind, Redlock};
+use support::fake::{FakeNode, Misbehaviour};
 use support::*;
 use tokio::time::Instant;
 
@@ -257,4 +258,31 @@ async fn validity_used_up_is_reported_as_such_and_releases() {
     for server in &servers {
         assert_eq!(dbsize(server), 0, "keys of the too-late lock were released");
     }
+}
+
+#[tokio::test]
+async fn node_answering_set_with_an_integer_is_a_failed_node_not_a_grant() {
+    // SET NX answers +OK or nil. A node that answers `:1` is not answering
+    // this request (a connection out of step with its requests, or not Redis
+    // at all) and has failed: counting its reply as a grant would let two
+    // broken nodes and one real one make a majority.
+    let real = RedisServer::start();
+    let fakes = [
+        FakeNode::start(Misbehaviour::Answer(b":1\r\n"), 1),
+        FakeNode::start(Misbehaviour::Answer(b":1\r\n"), 2),
+    ];
+    let redlock = Redlock::builder()
+        .nodes([real.url(), fakes[0].url(), fakes[1].url()])
+        .build()
+        .unwrap();
+    match redlock.try_lock("wrong-type", Duration::from_secs(10)).await {
+        Err(Error::Unreachable {
+            succeeded, errors, ..
+        }) => {
+            assert!(succeeded <= 1, "only the real node can grant");
+            assert_eq!(errors.len(), 2, "{errors:?}");
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert_eq!(dbsize(&real), 0, "the failed attempt released the real node");
 }
