@@ -107,6 +107,12 @@ impl Node {
         self.settle(generation, result).await
     }
 
+    /// Sends `cmd` (see [`Node::send`]) and returns its reply as a raw value,
+    /// for the caller to check its type; an error reply is an `Err`.
+    async fn reply(&self, cmd: Cmd) -> RedisResult<Value> {
+        self.send::<Value>(cmd).await?.extract_error()
+    }
+
     /// Drops the connection after an error that leaves it unusable, so that
     /// the next request reconnects; converts the reply.
     async fn settle<T: FromRedisValue>(
@@ -137,20 +143,16 @@ impl Node {
             // something else on the port): a failed node, never a grant. The
             // redis crate would turn an integer or a bulk string into
             // `Some(String)`, so the reply is checked as a raw value.
-            match self.send::<Value>(cmd).await? {
+            match self.reply(cmd).await? {
                 Value::Okay => Ok(true),
                 Value::SimpleString(s) if s == "OK" => Ok(true),
                 Value::Nil => Ok(false),
-                other => Err(RedisError::from((
-                    ErrorKind::Parse,
-                    "unexpected reply to SET NX",
-                    format!("{other:?}"),
-                ))),
+                other => Err(unexpected("SET NX", &other)),
             }
         } else {
             let mut cmd = scripts::eval(scripts::ACQUIRE, keys);
             cmd.arg(token).arg(ttl_ms);
-            Ok(self.send::<i64>(cmd).await? == 1)
+            Ok(integer("the acquire script", self.reply(cmd).await?)? == 1)
         }
     }
 
@@ -158,15 +160,36 @@ impl Node {
     pub(crate) async fn release(&self, keys: &[String], token: &str) -> RedisResult<usize> {
         let mut cmd = scripts::eval(scripts::RELEASE, keys);
         cmd.arg(token);
-        self.send(cmd).await
+        let deleted = integer("the release script", self.reply(cmd).await?)?;
+        usize::try_from(deleted).map_err(|_| unexpected("the release script", &Value::Int(deleted)))
     }
 
     /// Owner-checked ttl reset. Returns whether every key held our token.
     pub(crate) async fn extend(&self, keys: &[String], token: &str, ttl: Duration) -> RedisResult<bool> {
         let mut cmd = scripts::eval(scripts::EXTEND, keys);
         cmd.arg(token).arg(millis(ttl));
-        Ok(self.send::<i64>(cmd).await? == 1)
+        Ok(integer("the extend script", self.reply(cmd).await?)? == 1)
     }
+}
+
+/// A script's reply, which must be an integer: the lock's scripts return
+/// Lua numbers, which Redis sends as RESP integers. The redis crate would
+/// also read a string such as "1" as a number, so a node answering out of
+/// step with its requests (or not Redis at all) could confirm an operation.
+fn integer(what: &'static str, reply: Value) -> RedisResult<i64> {
+    match reply {
+        Value::Int(n) => Ok(n),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+/// The error for a reply the command never gives: a failed node.
+fn unexpected(what: &'static str, reply: &Value) -> RedisError {
+    RedisError::from((
+        ErrorKind::Parse,
+        "unexpected reply type",
+        format!("{what} answered {reply:?}"),
+    ))
 }
 
 /// One lock in a watchdog renewal batch.
@@ -198,7 +221,15 @@ impl Node {
                     .arg(&*item.token)
                     .arg(millis(item.ttl));
             }
-            self.send::<Vec<i64>>(cmd)
+            async move {
+                match self.reply(cmd).await? {
+                    Value::Array(statuses) => statuses
+                        .into_iter()
+                        .map(|status| integer("the renewal script", status))
+                        .collect::<RedisResult<Vec<i64>>>(),
+                    other => Err(unexpected("the renewal script", &other)),
+                }
+            }
         });
         // Sent in order, answered in order: one round trip for all chunks.
         let replies = futures::future::try_join_all(calls).await?;
