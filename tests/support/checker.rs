@@ -790,6 +790,10 @@ fn run_schedule(
             }
             Step::Do(action) => {
                 let at = started.elapsed();
+                if action.is_fault() {
+                    // It may take effect before `apply` returns.
+                    shared.degraded.store(true, Ordering::SeqCst);
+                }
                 cluster.apply(action);
                 shared.degraded.store(cluster.is_degraded(), Ordering::SeqCst);
                 if action.is_fault() {

@@ -50,9 +50,18 @@ const TRUNCATED: &[&[u8]] = &[
     b"*1\r\n$5\r\nhel",
 ];
 
-/// Well-formed replies of the wrong type for `SET NX` (and, but for `:1`
-/// and `:0`, for the scripts).
-const WRONG_TYPE: &[&[u8]] = &[b":1\r\n", b":0\r\n", b"$2\r\nno\r\n", b"+QUEUED\r\n", b"*0\r\n"];
+/// Well-formed replies of the wrong type for `SET NX` (which answers `+OK`
+/// or nil) and, but for `:1` and `:0`, for the scripts (which answer
+/// integers, or an array of integers for renewal).
+const WRONG_TYPE: &[&[u8]] = &[
+    b":1\r\n",
+    b":0\r\n",
+    b"$1\r\n1\r\n",
+    b"+1\r\n",
+    b"$2\r\nno\r\n",
+    b"+QUEUED\r\n",
+    b"*0\r\n",
+];
 
 /// A running fake node; dropping it closes the port and every connection.
 #[derive(Debug)]
