@@ -12,8 +12,10 @@
 //! A holder works in short steps and takes a step only after
 //! [`Guard::is_held`] said yes; between steps it waits for the step's time or
 //! for [`Guard::lost`], whichever comes first, and stops at once on a loss.
-//! - `enter`: when `try_lock` returned the guard.
-//! - `stop`: when it stopped working (its hold was done, or it saw the loss).
+//! - `enter`: when the lock was granted (`try_lock` returned the guard, or
+//!   `with_lock` started the work).
+//! - `stop`: when it stopped working (its hold was done, it saw the loss,
+//!   or `with_lock` dropped the work on a loss).
 //! - `leave`: the earlier of `stop` and the guard's final `valid_until`. The
 //!   lock promises exclusivity up to `valid_until`, and a holder takes no
 //!   step after it (each step is preceded by `is_held`), so the time a
