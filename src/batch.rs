@@ -28,10 +28,10 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use redis::{RedisError, RedisResult, Value};
+use redis::{RedisError, RedisResult};
 use tokio::sync::oneshot;
 
-use crate::node::Conn;
+use crate::node::{self, Conn};
 use crate::scripts;
 
 /// Requests per batch script call. Redis serves nothing else while a script
@@ -42,7 +42,11 @@ pub(crate) const BATCH_MAX: usize = 512;
 #[derive(Debug)]
 pub(crate) enum Op {
     /// `SET key token NX PX ttl`.
-    Acquire { key: String, token: Arc<str>, ttl_ms: u64 },
+    Acquire {
+        key: String,
+        token: Arc<str>,
+        ttl_ms: u64,
+    },
     /// Owner-checked delete of `key`, announced for waiters.
     Release { key: String, token: Arc<str> },
 }
@@ -170,13 +174,12 @@ async fn single(conn: &Conn, op: &Op) -> RedisResult<i64> {
         Op::Acquire { key, token, ttl_ms } => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(&**token).arg("NX").arg("PX").arg(ttl_ms);
-            let reply: Option<String> = conn.send(cmd).await?;
-            Ok(i64::from(reply.is_some()))
+            Ok(i64::from(node::set_nx_granted(conn.send(cmd).await?)?))
         }
         Op::Release { key, token } => {
             let mut cmd = scripts::eval(scripts::RELEASE, std::slice::from_ref(key));
             cmd.arg(&**token);
-            conn.send(cmd).await
+            node::integer("the release script", conn.send(cmd).await?)
         }
     }
 }
@@ -196,7 +199,7 @@ async fn several(conn: &Conn, batch: &[(Op, Reply)]) -> RedisResult<Vec<i64>> {
             Op::Release { token, .. } => cmd.arg("r").arg(&**token),
         };
     }
-    let statuses: Vec<i64> = conn.send::<Value>(cmd).await.and_then(|v| Ok(redis::from_redis_value(v)?))?;
+    let statuses = node::integers("the batch script", conn.send(cmd).await?)?;
     if statuses.len() != batch.len() {
         return Err(failure("batch script returned the wrong number of statuses"));
     }

@@ -212,7 +212,9 @@ impl RedlockBuilder {
         self
     }
 
-    /// Mean delay between attempts of [`Redlock::lock`], randomised by ±50 %.
+    /// Mean delay between attempts of [`Redlock::lock`] (see
+    /// [`LockOptions::retry_delay`] for how it combines with release
+    /// announcements).
     /// The default is [`crate::DEFAULT_RETRY_DELAY`]. See [`LockOptions::retry_delay`].
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.options = self.options.retry_delay(delay);

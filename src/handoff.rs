@@ -219,6 +219,8 @@ async fn subscriber(
             None => return,
         };
         if !current.is_empty() && sink.subscribe(&current).await.is_err() {
+            // E.g. no channel permission: retry at the reconnect pace.
+            tokio::time::sleep(RESUBSCRIBE_DELAY).await;
             continue;
         }
         let mut health = tokio::time::interval(PUBSUB_PING);

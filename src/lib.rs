@@ -3,9 +3,9 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
+mod batch;
 #[cfg(feature = "blocking")]
 pub mod blocking;
-mod batch;
 mod builder;
 mod error;
 mod fence;
@@ -21,8 +21,8 @@ mod scripts;
 mod watchdog;
 
 pub use builder::{
-    DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL, DEFAULT_NODE_TIMEOUT,
-    DEFAULT_TTL, RedlockBuilder,
+    DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, RedlockBuilder,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
 pub use fence::{FENCE_ROUNDS, Fenced, FencedWrite};

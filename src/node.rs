@@ -200,13 +200,15 @@ impl Node {
         };
         let (reply, acked) = self.send_acked(cmd).await?;
         let granted = if let Some(fence) = fence {
-            let (granted, value): (i64, u64) = redis::from_redis_value(reply)?;
-            fence.fetch_max(value, Ordering::Relaxed);
+            let [granted, value] = integers("the fenced acquire script", reply)?[..] else {
+                return Err(wrong_reply_count());
+            };
+            fence.fetch_max(u64::try_from(value).unwrap_or(0), Ordering::Relaxed);
             granted == 1
         } else if keys.len() == 1 {
-            redis::from_redis_value::<Option<String>>(reply)?.is_some()
+            set_nx_granted(reply)?
         } else {
-            redis::from_redis_value::<i64>(reply)? == 1
+            integer("the acquire script", reply)? == 1
         };
         match acked {
             Err(missing) if granted => {
@@ -227,8 +229,10 @@ impl Node {
     pub(crate) async fn propose_fence(&self, fence_keys: &[String], token: u64) -> RedisResult<(bool, u64)> {
         let mut cmd = scripts::eval(scripts::PROPOSE, fence_keys);
         cmd.arg(token);
-        let (accepted, highest): (i64, u64) = self.send(cmd).await?;
-        Ok((accepted == 1, highest))
+        let [accepted, highest] = integers("the fence proposal script", self.send(cmd).await?)?[..] else {
+            return Err(wrong_reply_count());
+        };
+        Ok((accepted == 1, u64::try_from(highest).unwrap_or(0)))
     }
 
     /// Owner-checked delete. Returns how many keys still held our token.
@@ -242,7 +246,8 @@ impl Node {
         }
         let mut cmd = scripts::eval(scripts::RELEASE, keys);
         cmd.arg(token);
-        self.send(cmd).await
+        let deleted = integer("the release script", self.send(cmd).await?)?;
+        usize::try_from(deleted).map_err(|_| unexpected("the release script", &Value::Int(deleted)))
     }
 
     /// Owner-checked ttl reset. Returns whether every key held our token;
@@ -257,7 +262,7 @@ impl Node {
         let mut cmd = scripts::eval(scripts::EXTEND, keys);
         cmd.arg(token).arg(millis(ttl));
         let (reply, acked) = self.send_acked(cmd).await?;
-        if redis::from_redis_value::<i64>(reply)? == 1 {
+        if integer("the extend script", reply)? == 1 {
             Ok(acked.map(|()| true))
         } else {
             Ok(Ok(false))
@@ -305,7 +310,7 @@ impl Node {
         let (replies, acked) = self.send_all_acked(calls).await?;
         let mut statuses = Vec::with_capacity(items.len());
         for reply in replies {
-            statuses.extend(redis::from_redis_value::<Vec<i64>>(reply)?);
+            statuses.extend(integers("the renewal script", reply)?);
         }
         if statuses.len() != items.len() {
             return Err(redis::RedisError::from((
@@ -392,7 +397,6 @@ impl Conn {
         }
         result
     }
-
 }
 
 impl fmt::Debug for Node {
@@ -405,6 +409,46 @@ impl fmt::Debug for Node {
 /// The builder rejects ttls below one millisecond.
 fn millis(ttl: Duration) -> u64 {
     u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A script's reply, which must be an integer: the lock's scripts return Lua
+/// numbers, which Redis sends as RESP integers. The redis crate would also
+/// read a string such as "1" as a number, so a node answering out of step
+/// with its requests (or not Redis at all) could confirm an operation.
+pub(crate) fn integer(what: &'static str, reply: Value) -> RedisResult<i64> {
+    match reply.extract_error()? {
+        Value::Int(n) => Ok(n),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+/// A script's reply that must be an array of integers.
+pub(crate) fn integers(what: &'static str, reply: Value) -> RedisResult<Vec<i64>> {
+    match reply.extract_error()? {
+        Value::Array(items) => items.into_iter().map(|item| integer(what, item)).collect(),
+        other => Err(unexpected(what, &other)),
+    }
+}
+
+/// `SET NX` answers `+OK` (set) or nil (the key exists). Any other reply does
+/// not answer this request (a connection out of step, something else on the
+/// port): a failed node, never a grant.
+pub(crate) fn set_nx_granted(reply: Value) -> RedisResult<bool> {
+    match reply.extract_error()? {
+        Value::Okay => Ok(true),
+        Value::SimpleString(s) if s == "OK" => Ok(true),
+        Value::Nil => Ok(false),
+        other => Err(unexpected("SET NX", &other)),
+    }
+}
+
+/// The error for a reply the command never gives: a failed node.
+fn unexpected(what: &'static str, reply: &Value) -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Parse,
+        "unexpected reply type",
+        format!("{what} answered {reply:?}"),
+    ))
 }
 
 /// A pipeline answered with a different number of replies than it had

@@ -88,8 +88,11 @@ impl LockOptions {
         self
     }
 
-    /// Mean delay between attempts of [`crate::Redlock::lock`], randomised
-    /// by ±50 %.
+    /// Mean delay between attempts of [`crate::Redlock::lock`] when nodes
+    /// fail, randomised by ±50 %. Under contention a waiter retries as soon
+    /// as the holder's release is announced, and otherwise polls with a
+    /// delay that starts at an eighth of this and doubles up to it (for
+    /// releases that send no announcement, such as expiry).
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self

@@ -42,14 +42,16 @@ return 1
 /// Atomic so that no other owner can take the key between our `GET` and our
 /// `DEL`: a blind `DEL` from a holder whose lock expired would free someone
 /// else's lock. Each deletion is announced on `quorumlock:released:<key>`
-/// with the token (see `handoff`), so that waiters retry at once.
+/// with the token (see `handoff`), so that waiters retry at once; the
+/// announcement is best effort (`pcall`: a user without channel permission
+/// still releases, and waiters fall back to polling).
 /// KEYS: resources; ARGV: token. Returns how many keys it deleted.
 pub(crate) const RELEASE: &str = r"
 local n = 0
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[1] then
     redis.call('DEL', key)
-    redis.call('PUBLISH', 'quorumlock:released:' .. key, ARGV[1])
+    redis.pcall('PUBLISH', 'quorumlock:released:' .. key, ARGV[1])
     n = n + 1
   end
 end
@@ -252,7 +254,7 @@ for i, key in ipairs(KEYS) do
       out[i] = -1
     elseif value == ARGV[a + 1] then
       redis.call('DEL', key)
-      redis.call('PUBLISH', 'quorumlock:released:' .. key, ARGV[a + 1])
+      redis.pcall('PUBLISH', 'quorumlock:released:' .. key, ARGV[a + 1])
       out[i] = 1
     else
       out[i] = 0

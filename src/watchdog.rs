@@ -239,10 +239,10 @@ pub(crate) fn register(config: &Arc<Config>, held: &Arc<Held>) -> u64 {
 /// due locks in one batch, and ends when no lock is left to renew.
 async fn run(config: Arc<Config>) {
     let watchdog = &config.watchdog;
-    let mut last_tick: Option<Instant> = None;
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
+        let mut early = Vec::new();
         let mut expired = Vec::new();
         let mut next_wake: Option<Instant> = None;
         {
@@ -259,23 +259,27 @@ async fn run(config: Arc<Config>) {
                 }
                 let mut wake = valid_until;
                 if let Some((renew_at, retrying)) = held.next_renewal() {
-                    // Regular renewals due within half a period join this
-                    // tick, and the next regular tick comes no sooner than
-                    // half a period after the last: locks acquired at
-                    // scattered times are renewed together (a little early,
-                    // which is harmless, and never late), so the number of
-                    // ticks, and of round trips, does not grow with the
-                    // number of locks. Retries keep their exact time.
+                    // A tick comes when the earliest renewal is due, and
+                    // takes along every regular renewal due within the next
+                    // half period: locks acquired at scattered times are
+                    // renewed together (a little early, which is harmless,
+                    // and never late), and the next tick is at least half a
+                    // period away, so the number of ticks, and of round
+                    // trips, does not grow with the number of locks. A lone
+                    // lock is renewed exactly every ttl/3. Retries keep their
+                    // exact time.
                     let window = if retrying {
                         Duration::ZERO
                     } else {
                         held.ttl() / (RENEW_DIVISOR * 2)
                     };
-                    if renew_at <= now + window {
+                    if renew_at <= now {
                         due.push(Arc::clone(held));
+                    } else if renew_at <= now + window {
+                        early.push(Arc::clone(held));
+                        wake = wake.min(renew_at);
                     } else {
-                        let spaced = last_tick.map_or(now, |t| t + window);
-                        wake = wake.min((renew_at - window).max(spaced));
+                        wake = wake.min(renew_at);
                     }
                 }
                 next_wake = Some(next_wake.map_or(wake, |w| w.min(wake)));
@@ -290,7 +294,7 @@ async fn run(config: Arc<Config>) {
             );
         }
         if !due.is_empty() {
-            last_tick = Some(now);
+            due.append(&mut early);
             renew(&config, &due).await;
             continue;
         }

@@ -124,6 +124,23 @@ async fn black_hole_hangs_requests_and_heal_serves_new_ones() {
 }
 
 #[tokio::test]
+async fn heal_and_reset_cuts_connections_that_lived_through_a_black_hole() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let mut old = connect(&proxy.url()).await.unwrap();
+    ping(&mut old).await.unwrap();
+    proxy.black_hole();
+    // A request swallowed by the black hole: its reply will never come.
+    assert!(timeout(WAIT, ping(&mut old)).await.is_err());
+    proxy.heal_and_reset();
+    // The old connection is cut rather than left a reply behind.
+    let cut = timeout(Duration::from_secs(1), ping(&mut old)).await;
+    assert!(matches!(cut, Ok(Err(_))), "old connection cut: {cut:?}");
+    assert_eq!(proxy.fault(), Fault::None);
+    assert_eq!(fresh_ping(&proxy.url()).await.unwrap(), "PONG");
+}
+
+#[tokio::test]
 async fn refuse_fails_new_connections_and_cuts_old_ones() {
     let server = RedisServer::start();
     let proxy = Proxy::start(server.port());
@@ -311,6 +328,25 @@ fn control_file_rate_change_does_not_jump() {
         set_at.elapsed() < Duration::from_millis(1900),
         "too slow to check"
     );
+}
+
+#[test]
+fn pause_all_freezes_every_server_until_the_guards_drop() {
+    let servers = start_nodes(2);
+    let mut conns: Vec<redis::Connection> = servers.iter().map(sync_conn).collect();
+    for conn in &mut conns {
+        conn.set_read_timeout(Some(WAIT)).unwrap();
+    }
+    let paused = pause_all(&servers);
+    assert_eq!(paused.len(), 2);
+    for conn in &mut conns {
+        let reply: redis::RedisResult<String> = redis::cmd("PING").query(conn);
+        assert!(reply.is_err(), "a paused server answered: {reply:?}");
+    }
+    drop(paused);
+    for server in &servers {
+        assert!(server.command(&["PING"]).unwrap().starts_with("+PONG"), "resumed");
+    }
 }
 
 #[test]

@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use quorumlock::{Error, NodeErrorKind};
+use quorumlock::{Error, NodeErrorKind, Redlock};
+use support::fake::{FakeNode, Misbehaviour};
 use support::*;
 use tokio::time::Instant;
 
@@ -256,5 +257,108 @@ async fn validity_used_up_is_reported_as_such_and_releases() {
     thaw.await.unwrap();
     for server in &servers {
         assert_eq!(dbsize(server), 0, "keys of the too-late lock were released");
+    }
+}
+
+#[tokio::test]
+async fn node_answering_set_with_an_integer_is_a_failed_node_not_a_grant() {
+    // SET NX answers +OK or nil. A node that answers `:1` is not answering
+    // this request (a connection out of step with its requests, or not Redis
+    // at all) and has failed: counting its reply as a grant would let two
+    // broken nodes and one real one make a majority.
+    let real = RedisServer::start();
+    let fakes = [
+        FakeNode::start(Misbehaviour::Answer(b":1\r\n"), 1),
+        FakeNode::start(Misbehaviour::Answer(b":1\r\n"), 2),
+    ];
+    let redlock = Redlock::builder()
+        .nodes([real.url(), fakes[0].url(), fakes[1].url()])
+        .build()
+        .unwrap();
+    match redlock.try_lock("wrong-type", Duration::from_secs(10)).await {
+        Err(Error::Unreachable {
+            succeeded, errors, ..
+        }) => {
+            assert!(succeeded <= 1, "only the real node can grant");
+            assert_eq!(errors.len(), 2, "{errors:?}");
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert_eq!(dbsize(&real), 0, "the failed attempt released the real node");
+}
+
+#[tokio::test]
+async fn node_answering_scripts_with_a_string_is_a_failed_node_not_a_grant() {
+    // The lock's scripts return integers. The redis crate also reads the
+    // bulk string "1" as the number 1, so without a type check a node that
+    // answers `$1 1` to everything would grant multi-resource locks and
+    // confirm extends and renewals.
+    let real = RedisServer::start();
+    let fakes = [
+        FakeNode::start(Misbehaviour::Answer(b"$1\r\n1\r\n"), 1),
+        FakeNode::start(Misbehaviour::Answer(b"$1\r\n1\r\n"), 2),
+    ];
+    let redlock = Redlock::builder()
+        .nodes([real.url(), fakes[0].url(), fakes[1].url()])
+        .build()
+        .unwrap();
+    match redlock
+        .try_lock(["order:1", "stock:1"], Duration::from_secs(10))
+        .await
+    {
+        Err(Error::Unreachable {
+            succeeded, errors, ..
+        }) => {
+            assert!(succeeded <= 1, "only the real node can grant");
+            assert_eq!(errors.len(), 2, "{errors:?}");
+        }
+        other => panic!("expected Unreachable, got {other:?}"),
+    }
+    assert_eq!(dbsize(&real), 0, "the failed attempt released the real node");
+
+    // Extend: a lock on two real nodes and one such fake; one real node now
+    // holds another owner's token, so only the fake's "1" could make a
+    // majority for the extend.
+    let servers = start_nodes(2);
+    let redlock = Redlock::builder()
+        .nodes([servers[0].url(), servers[1].url(), fakes[0].url()])
+        .auto_renew(false)
+        .build()
+        .unwrap();
+    let mut guard = redlock
+        .try_lock("doc:1", Duration::from_secs(10))
+        .await
+        .unwrap()
+        .expect("2 real nodes grant");
+    set_foreign(&servers[1], "doc:1", "someone-else", 10_000);
+    assert!(
+        guard.extend(Duration::from_secs(10)).await.is_err(),
+        "one real node and a string from a broken one are not a majority"
+    );
+}
+
+#[tokio::test]
+async fn node_refusing_writes_fails_with_the_servers_own_error() {
+    // Out of memory under `noeviction`: Redis answers SET and EVAL with an
+    // -OOM error, which the node error carries as the server sent it.
+    let full = || {
+        RedisServer::start_with(
+            Persistence::None,
+            &["--maxmemory", "1", "--maxmemory-policy", "noeviction"],
+        )
+    };
+    let servers = [RedisServer::start(), full(), full()];
+    let redlock = client(&servers);
+    for resources in [vec!["doc:9"], vec!["doc:9", "doc:10"]] {
+        match redlock.try_lock(resources, Duration::from_secs(10)).await {
+            Err(Error::Unreachable { errors, .. }) => {
+                assert_eq!(errors.len(), 2, "{errors:?}");
+                for e in &errors {
+                    assert!(e.to_string().contains("OOM"), "{e}");
+                }
+            }
+            other => panic!("expected Unreachable, got {other:?}"),
+        }
+        assert_eq!(dbsize(&servers[0]), 0);
     }
 }

@@ -2,11 +2,17 @@
 //!
 //! Fault injection for the chaos suite: [`proxy`] (latency, black hole,
 //! refusal, resets between a client and one node), [`skew`] (a node's wall
-//! clock running fast, slow or jumping) and [`server`] (kill, restart with or
-//! without AOF, SIGSTOP pauses).
+//! clock running fast, slow or jumping), [`server`] (kill, restart with or
+//! without AOF, SIGSTOP pauses) and [`fake`] (a node that answers garbage or
+//! closes connections mid-reply). [`faults`] scripts these into schedules,
+//! and [`checker`] runs contenders against them and looks for two holders
+//! inside at once.
 
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod checker;
+pub mod fake;
+pub mod faults;
 pub mod proxy;
 pub mod server;
 pub mod skew;
@@ -17,7 +23,7 @@ use std::time::Duration;
 pub use proxy::{Fault, Proxy};
 use quorumlock::{Redlock, RedlockBuilder};
 #[allow(unused_imports)]
-pub use server::{Persistence, RedisServer, start_nodes, urls};
+pub use server::{Persistence, RedisServer, pause_all, start_nodes, urls};
 #[allow(unused_imports)]
 pub use skew::SkewedClock;
 

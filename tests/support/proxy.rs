@@ -148,6 +148,20 @@ impl Proxy {
         });
     }
 
+    /// Back to normal and, in the same switch, cuts every current
+    /// connection: the end of a partition after TCP gave up on the old
+    /// connections. Use it after a black hole, whose swallowed bytes would
+    /// leave an old connection's replies out of step with its requests (a
+    /// real network delays or loses whole connections, never a few bytes in
+    /// the middle of one).
+    pub fn heal_and_reset(&self) {
+        self.state.send_modify(|s| {
+            s.fault = Fault::None;
+            s.latency = Duration::ZERO;
+            s.epoch += 1;
+        });
+    }
+
     /// The current fault.
     pub fn fault(&self) -> Fault {
         self.state.borrow().fault

@@ -331,6 +331,18 @@ impl Drop for Paused {
     }
 }
 
+/// Freezes several servers with one SIGSTOP (one `kill` for all of them),
+/// so that they stop within microseconds of each other, not one process
+/// spawn apart. Each guard resumes its server when dropped.
+pub fn pause_all<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) -> Vec<Paused> {
+    let pids: Vec<u32> = servers
+        .into_iter()
+        .map(|s| s.pid().expect("pause: server is not running"))
+        .collect();
+    signal_all(&pids, "STOP");
+    pids.into_iter().map(|pid| Paused { pid }).collect()
+}
+
 /// `n` servers without persistence.
 pub fn start_nodes(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
@@ -342,12 +354,16 @@ pub fn urls(servers: &[RedisServer]) -> Vec<String> {
 }
 
 fn signal(pid: u32, name: &str) {
+    signal_all(&[pid], name);
+}
+
+fn signal_all(pids: &[u32], name: &str) {
     let status = Command::new("kill")
         .arg(format!("-{name}"))
-        .arg(pid.to_string())
+        .args(pids.iter().map(u32::to_string))
         .status()
         .expect("run kill(1)");
-    assert!(status.success(), "kill -{name} {pid} failed");
+    assert!(status.success(), "kill -{name} {pids:?} failed");
 }
 
 /// A port that was free a moment ago (the OS picks it when binding port 0).
