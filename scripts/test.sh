@@ -29,3 +29,4 @@ cargo run --quiet --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
 cargo test --bench latency -- --smoke
 cargo test --bench watchdog -- --smoke
+cargo test --bench throughput -- --smoke

@@ -122,7 +122,7 @@ pub(crate) async fn gather<T, F, Fut>(
     let mut pending: FuturesUnordered<_> = (0..nodes.len())
         .map(|i| {
             let request = op(i);
-            async move { (i, tokio::time::timeout_at(finish_by, request).await) }
+            async move { (i, request.await) }
         })
         .collect();
     let mut answered = vec![false; nodes.len()];
@@ -146,19 +146,14 @@ pub(crate) async fn gather<T, F, Fut>(
             }
         };
         answered[i] = true;
-        let outcome = match outcome {
-            Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(NodeErrorKind::Redis(e)),
-            Err(_elapsed) => Err(NodeErrorKind::Timeout(
-                finish_by.saturating_duration_since(started),
-            )),
-        };
-        if on_reply(i, outcome).is_break() {
+        if on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break() {
             break;
         }
     }
     if !pending.is_empty() {
-        tokio::spawn(pending.for_each(|_| async {}));
+        // One timer bounds all the leftovers (not one per request: this is
+        // on every lock's path).
+        tokio::spawn(tokio::time::timeout_at(finish_by, pending.for_each(|_| async {})));
     }
 }
 

@@ -197,6 +197,10 @@ struct Registry {
     locks: HashMap<u64, Arc<Held>>,
     next_id: u64,
     running: bool,
+    /// When the sleeping task wakes next (`None`: it is about to scan the
+    /// registry anyway). A new lock wakes it only if it needs it sooner, so
+    /// that taking a lock costs no wake-up and no scan of all locks.
+    wake_at: Option<Instant>,
 }
 
 impl Watchdog {
@@ -204,11 +208,10 @@ impl Watchdog {
         self.registry.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Stops renewing lock `id` (released or dropped).
+    /// Stops renewing lock `id` (released or dropped). The task notices at
+    /// its next wake-up (and ends then if no lock is left).
     pub(crate) fn unregister(&self, id: u64) {
-        if self.registry().locks.remove(&id).is_some() {
-            self.wake.notify_one();
-        }
+        self.registry().locks.remove(&id);
     }
 
     /// Locks currently renewed (for tests and metrics).
@@ -227,7 +230,10 @@ pub(crate) fn register(config: &Arc<Config>, held: &Arc<Held>) -> u64 {
     registry.next_id += 1;
     registry.locks.insert(id, Arc::clone(held));
     if registry.running {
-        watchdog.wake.notify_one();
+        let needed = held.next_renewal().map_or(held.valid_until(), |(at, _)| at);
+        if registry.wake_at.is_some_and(|wake| needed < wake) {
+            watchdog.wake.notify_one();
+        }
     } else {
         registry.running = true;
         tokio::spawn(run(Arc::clone(config)));
@@ -285,6 +291,11 @@ async fn run(config: Arc<Config>) {
                 next_wake = Some(next_wake.map_or(wake, |w| w.min(wake)));
                 true
             });
+            registry.wake_at = if due.is_empty() && expired.is_empty() {
+                next_wake
+            } else {
+                None
+            };
         }
         for held in expired {
             lose(
