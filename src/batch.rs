@@ -5,12 +5,13 @@
 //! servers and the client (parsing, system calls, wake-ups), not by the work
 //! of `SET NX`. So each node batches adaptively, with no timer and no delay
 //! for a lone caller:
-//! - a request that finds the node idle is sent at once, as its usual single
-//!   command, by the caller itself;
-//! - requests that arrive while a request or batch of this node is in
-//!   flight queue up, and are sent together as one [`scripts::BATCH`] call
-//!   (at most [`BATCH_MAX`] each) as soon as the one in flight has answered,
-//!   by a background task that keeps flushing until the queue is empty.
+//! - a request that finds the node nearly idle (fewer than two requests in
+//!   flight, nothing queued) is sent at once, as its usual single command,
+//!   by the caller itself;
+//! - requests that arrive while the node is busier queue up, and are sent
+//!   together as one [`scripts::BATCH`] call (at most [`BATCH_MAX`] each) by
+//!   a background task, one batch in flight at a time: the next batch
+//!   gathers while the previous one is answered.
 //!
 //! Requests are sent in the order they were made (queued ones after the one
 //! in flight, in queue order, each batch run in order on the node), which
@@ -61,8 +62,13 @@ pub(crate) struct Batcher {
 
 #[derive(Debug, Default)]
 struct State {
-    /// A request or batch of this node is in flight.
-    busy: bool,
+    /// Requests and batches of this node handed over and not yet answered.
+    in_flight: usize,
+    /// A flush task is running.
+    flushing: bool,
+    /// The flush task has taken a batch from the queue but not yet handed
+    /// it over: nothing may go directly now, or it could overtake the batch.
+    taking: bool,
     queue: Vec<(Op, Reply)>,
 }
 
@@ -72,18 +78,27 @@ impl Batcher {
     }
 }
 
-/// Sends `op` (at once when the node is idle, else with the next batch) and
-/// returns its status: `1` granted / deleted, `0` refused / not ours.
+/// Requests that may be in flight before new ones queue up for a batch.
+///
+/// Two, not one: a lone caller's release must not wait behind its own
+/// acquire, still in flight on a node its lock did not need (the quorum was
+/// reached without it); beyond two, the node is busy and batching pays.
+const DIRECT_LIMIT: usize = 2;
+
+/// Sends `op` (at once when the node is not busy, else with the next batch)
+/// and returns its status: `1` granted / deleted, `0` refused / not ours.
 pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> RedisResult<i64> {
     let queued = {
         let mut state = batcher.state();
-        if state.busy {
+        // Nothing may overtake a queued request or a batch being taken: the
+        // node must run requests in the order they were made.
+        if state.queue.is_empty() && !state.taking && state.in_flight < DIRECT_LIMIT {
+            state.in_flight += 1;
+            Ok(op)
+        } else {
             let (reply, answer) = oneshot::channel();
             state.queue.push((op, reply));
             Err(answer)
-        } else {
-            state.busy = true;
-            Ok(op)
         }
     };
     match queued {
@@ -91,8 +106,9 @@ pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> 
             .await
             .unwrap_or_else(|_| Err(failure("the batch carrying this request was abandoned"))),
         Ok(op) => {
-            // Hands the queue on when this request completes or is dropped.
-            let _leader = Leader {
+            // On completion or cancellation: one fewer in flight, and a
+            // flush of what queued up meanwhile.
+            let _direct = Direct {
                 batcher: Arc::clone(batcher),
                 conn: Arc::clone(conn),
             };
@@ -101,20 +117,20 @@ pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> 
     }
 }
 
-/// The caller that sent a request directly; on drop (answer or cancellation)
-/// it either marks the node idle or starts a flush of what queued up meanwhile.
-struct Leader {
+/// A request sent directly, counted in flight until it is answered or dropped.
+struct Direct {
     batcher: Arc<Batcher>,
     conn: Arc<Conn>,
 }
 
-impl Drop for Leader {
+impl Drop for Direct {
     fn drop(&mut self) {
         let mut state = self.batcher.state();
-        if state.queue.is_empty() {
-            state.busy = false;
+        state.in_flight -= 1;
+        if state.queue.is_empty() || state.flushing {
             return;
         }
+        state.flushing = true;
         drop(state);
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
@@ -125,30 +141,52 @@ impl Drop for Leader {
                 for (_, reply) in state.queue.drain(..) {
                     let _ = reply.send(Err(failure("no runtime to send the batch")));
                 }
-                state.busy = false;
+                state.flushing = false;
             }
         }
     }
 }
 
-/// Sends queued requests in batches until the queue is empty, then marks
-/// the node idle.
+/// Sends queued requests in batches, one batch in flight at a time (the
+/// next gathers while it is), until the queue is empty.
 async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
     loop {
         let batch: Vec<(Op, Reply)> = {
             let mut state = batcher.state();
             if state.queue.is_empty() {
-                state.busy = false;
+                state.flushing = false;
                 return;
             }
             let n = state.queue.len().min(BATCH_MAX);
+            state.taking = true;
+            state.in_flight += 1;
             state.queue.drain(..n).collect()
         };
-        let statuses = if let [(op, _)] = batch.as_slice() {
-            single(&conn, op).await.map(|status| vec![status])
+        let cmd = if let [(op, _)] = batch.as_slice() {
+            single_command(op)
         } else {
-            several(&conn, &batch).await
+            batch_command(&batch)
         };
+        let started = conn.start_command(cmd).await;
+        // Handed over (or failed): direct requests may go again.
+        batcher.state().taking = false;
+        let reply = match started {
+            Ok(started) => conn.finish(started).await,
+            Err(error) => Err(error),
+        };
+        batcher.state().in_flight -= 1;
+        let statuses = reply.and_then(|reply| {
+            if batch.len() == 1 {
+                single_status(&batch[0].0, reply).map(|status| vec![status])
+            } else {
+                let statuses = node::integers("the batch script", reply)?;
+                if statuses.len() == batch.len() {
+                    Ok(statuses)
+                } else {
+                    Err(failure("batch script returned the wrong number of statuses"))
+                }
+            }
+        });
         match statuses {
             Ok(statuses) => {
                 for ((_, reply), status) in batch.into_iter().zip(statuses) {
@@ -174,22 +212,35 @@ async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
 
 /// One request as its usual single command.
 async fn single(conn: &Conn, op: &Op) -> RedisResult<i64> {
+    single_status(op, conn.send(single_command(op)).await?)
+}
+
+/// The usual single command of a request: `SET NX PX`, or the release script.
+fn single_command(op: &Op) -> redis::Cmd {
     match op {
         Op::Acquire { key, token, ttl_ms } => {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(&**token).arg("NX").arg("PX").arg(ttl_ms);
-            Ok(i64::from(node::set_nx_granted(conn.send(cmd).await?)?))
+            cmd
         }
         Op::Release { key, token } => {
             let mut cmd = scripts::eval(scripts::RELEASE, std::slice::from_ref(key));
             cmd.arg(&**token);
-            node::integer("the release script", conn.send(cmd).await?)
+            cmd
         }
     }
 }
 
+/// The status of a request from the reply to its single command.
+fn single_status(op: &Op, reply: redis::Value) -> RedisResult<i64> {
+    match op {
+        Op::Acquire { .. } => Ok(i64::from(node::set_nx_granted(reply)?)),
+        Op::Release { .. } => node::integer("the release script", reply),
+    }
+}
+
 /// Several requests as one batch script call.
-async fn several(conn: &Conn, batch: &[(Op, Reply)]) -> RedisResult<Vec<i64>> {
+fn batch_command(batch: &[(Op, Reply)]) -> redis::Cmd {
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(scripts::BATCH).arg(batch.len());
     for (op, _) in batch {
@@ -203,11 +254,7 @@ async fn several(conn: &Conn, batch: &[(Op, Reply)]) -> RedisResult<Vec<i64>> {
             Op::Release { token, .. } => cmd.arg("r").arg(&**token),
         };
     }
-    let statuses = node::integers("the batch script", conn.send(cmd).await?)?;
-    if statuses.len() != batch.len() {
-        return Err(failure("batch script returned the wrong number of statuses"));
-    }
-    Ok(statuses)
+    cmd
 }
 
 fn failure(what: &'static str) -> RedisError {

@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
@@ -54,6 +55,12 @@ pub(crate) struct Node {
     batcher: Option<Arc<Batcher>>,
     /// Replica-acknowledged mode: `WAIT` after every lock write.
     replica_ack: Option<ReplicaAck>,
+}
+
+/// A request handed over to a connection, its reply still to come.
+pub(crate) struct Started<R> {
+    generation: u64,
+    reply: Result<RedisResult<R>, Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>>,
 }
 
 /// The node's one request connection and the ordered hand-over to it
@@ -354,34 +361,58 @@ impl Conn {
     async fn hand_over<R, F, Fut>(&self, request: F) -> RedisResult<R>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = RedisResult<R>>,
+        Fut: Future<Output = RedisResult<R>> + Send + 'static,
     {
-        let (generation, mut reply) = {
-            let mut slot = self.slot.lock().await;
-            let (generation, conn) = match &*slot {
-                Some((generation, conn)) => (*generation, conn.clone()),
-                None => {
-                    let conn = self
-                        .client
-                        .get_multiplexed_async_connection_with_config(&self.config)
-                        .await?;
-                    let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
-                    *slot = Some((generation, conn.clone()));
-                    (generation, conn)
-                }
-            };
-            let mut reply = Box::pin(request(conn));
-            // The first poll hands the command to the connection's writer
-            // queue (or takes a place in its fair wait for room): this fixes
-            // its position before the next request may go.
-            if let Poll::Ready(result) = futures::poll!(reply.as_mut()) {
-                drop(slot);
-                return self.settle(generation, result).await;
+        let started = self.start(request).await?;
+        self.finish(started).await
+    }
+
+    /// Hands `cmd` over (its place in the node's order is fixed when this
+    /// returns) without waiting for the reply; see [`Conn::finish`].
+    pub(crate) async fn start_command(&self, cmd: Cmd) -> RedisResult<Started<Value>> {
+        self.start(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+            .await
+    }
+
+    /// The first half of [`Conn::hand_over`]: connects if needed and hands
+    /// the request over under the fair lock.
+    async fn start<R, F, Fut>(&self, request: F) -> RedisResult<Started<R>>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<R>> + Send + 'static,
+    {
+        let mut slot = self.slot.lock().await;
+        let (generation, conn) = match &*slot {
+            Some((generation, conn)) => (*generation, conn.clone()),
+            None => {
+                let conn = self
+                    .client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await?;
+                let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
+                *slot = Some((generation, conn.clone()));
+                (generation, conn)
             }
-            (generation, reply)
         };
-        let result = reply.as_mut().await;
-        self.settle(generation, result).await
+        let mut reply: Pin<Box<dyn Future<Output = RedisResult<R>> + Send>> = Box::pin(request(conn));
+        // The first poll hands the command to the connection's writer
+        // queue (or takes a place in its fair wait for room): this fixes
+        // its position before the next request may go.
+        let reply = match futures::poll!(reply.as_mut()) {
+            Poll::Ready(result) => Ok(result),
+            Poll::Pending => Err(reply),
+        };
+        Ok(Started { generation, reply })
+    }
+
+    /// The second half of [`Conn::hand_over`]: awaits the reply of a
+    /// request handed over by [`Conn::start_command`].
+    pub(crate) async fn finish<R>(&self, started: Started<R>) -> RedisResult<R> {
+        let result = match started.reply {
+            Ok(result) => result,
+            Err(mut pending) => pending.as_mut().await,
+        };
+        self.settle(started.generation, result).await
     }
 
     /// Drops the connection after an error that leaves it unusable, so that
