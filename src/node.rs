@@ -57,10 +57,14 @@ pub(crate) struct Node {
     replica_ack: Option<ReplicaAck>,
 }
 
-/// A request handed over to a connection, its reply still to come.
+/// A reply on its way from the node.
+type PendingReply<R> = Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>;
+
+/// A request handed over to a connection, its reply still to come (or
+/// already there).
 pub(crate) struct Started<R> {
     generation: u64,
-    reply: Result<RedisResult<R>, Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>>,
+    reply: Result<RedisResult<R>, PendingReply<R>>,
 }
 
 /// The node's one request connection and the ordered hand-over to it
@@ -394,7 +398,7 @@ impl Conn {
                 (generation, conn)
             }
         };
-        let mut reply: Pin<Box<dyn Future<Output = RedisResult<R>> + Send>> = Box::pin(request(conn));
+        let mut reply: PendingReply<R> = Box::pin(request(conn));
         // The first poll hands the command to the connection's writer
         // queue (or takes a place in its fair wait for room): this fixes
         // its position before the next request may go.
