@@ -1,0 +1,78 @@
+//! SVG line charts of the tables (plotters' SVG backend: text is left to
+//! the viewer's fonts, so nothing here needs fontconfig or font files).
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+/// One line: a name and its (x, y) points.
+pub struct Line {
+    pub name: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A chart of `lines` over x = node count, y on a log scale.
+pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Line]) -> Result<(), String> {
+    let ys: Vec<f64> = lines
+        .iter()
+        .flat_map(|l| l.points.iter().map(|p| p.1))
+        .filter(|y| *y > 0.0)
+        .collect();
+    if ys.is_empty() {
+        return Ok(());
+    }
+    let lo = ys.iter().copied().fold(f64::INFINITY, f64::min) / 1.5;
+    let hi = ys.iter().copied().fold(0.0, f64::max) * 1.5;
+    let x_max = *xs.iter().max().unwrap_or(&5) as f64 + 0.5;
+    let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0.5f64..x_max, (lo..hi).log_scale())
+        .map_err(|e| e.to_string())?;
+    let xs_f: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
+    chart
+        .configure_mesh()
+        .x_desc("nodes (N)")
+        .y_desc(y_label)
+        .x_labels(xs.len() + 2)
+        .x_label_formatter(&|x| {
+            if xs_f.iter().any(|v| (v - x).abs() < 1e-9) {
+                format!("{x:.0}")
+            } else {
+                String::new()
+            }
+        })
+        .y_label_formatter(&|y| {
+            if *y >= 10_000.0 {
+                format!("{:.0}k", y / 1000.0)
+            } else {
+                format!("{y:.0}")
+            }
+        })
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, line) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        let points: Vec<(f64, f64)> = line.points.iter().copied().filter(|p| p.1 > 0.0).collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(line.name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+        chart
+            .draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperLeft)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
