@@ -46,6 +46,20 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// The kind named on the command line (`--loop`).
+    pub fn parse(name: &str) -> Option<Kind> {
+        Some(match name {
+            "raw" => Kind::Raw,
+            "raw-all" => Kind::RawAll,
+            "raw-seq" => Kind::RawSeq,
+            "quorumlock" => Kind::Ours,
+            "fenced" => Kind::Fenced,
+            "rslock" => Kind::Rslock,
+            "redlock" => Kind::Redlock,
+            _ => return None,
+        })
+    }
+
     /// The name in tables and plots.
     pub fn label(self) -> &'static str {
         match self {

@@ -15,6 +15,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::contender::TTL;
+use crate::cpu;
 use crate::nodes::Nodes;
 use crate::stats;
 
@@ -154,7 +155,7 @@ struct Turns {
 /// One round: the waiters take turns until `target` acquisitions.
 async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: usize) -> Round {
     let before = nodes.command_calls(N);
-    let cpu_before = cpu_time();
+    let cpu_before = cpu::this_process();
     let turns = Arc::new(Mutex::new(Turns::default()));
     let (acquired, _) = watch::channel(0usize);
     let acquired = Arc::new(acquired);
@@ -210,7 +211,7 @@ async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: u
     for task in tasks {
         per_task.push(task.await.expect("waiter task"));
     }
-    let cpu = cpu_time() - cpu_before;
+    let cpu = cpu::this_process() - cpu_before;
     let after = nodes.command_calls(N);
     let turns = turns.lock().unwrap();
     let handoffs = (*acquired.borrow()).saturating_sub(1).max(1);
@@ -263,16 +264,4 @@ async fn release(held: Held) {
         }
         Held::Rslock(guard) => guard.release().await,
     }
-}
-
-/// User + system CPU time of this process so far (Linux /proc; clock
-/// ticks of 10 ms).
-pub fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let Some(after) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
-        return Duration::ZERO;
-    };
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }

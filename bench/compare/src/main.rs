@@ -16,6 +16,7 @@
 //! ratios computed within rounds.
 
 mod contender;
+mod cpu;
 mod handoff;
 mod machine;
 mod network;
@@ -141,21 +142,40 @@ struct Args {
     smoke: bool,
     out: PathBuf,
     only: String,
+    /// `--loop KIND`: only cycle this contender (for a profiler).
+    profile: Option<Kind>,
+    nodes: usize,
+    tasks: usize,
+    secs: f64,
 }
+
+const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f]
+       quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock \
+                          [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
 fn args() -> Args {
     let mut args = std::env::args().skip(1);
     let (mut smoke, mut out, mut only) = (false, None, "abcdef".to_owned());
+    let (mut profile, mut nodes, mut tasks, mut secs) = (None, 5, 64, 10.0);
+    let usage = || -> ! {
+        eprintln!("{USAGE}");
+        std::process::exit(2)
+    };
     while let Some(arg) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
             "--smoke" => smoke = true,
-            "--out" => out = args.next().map(PathBuf::from),
-            "--only" => only = args.next().unwrap_or_default(),
-            _ => {
-                eprintln!("usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f]");
-                std::process::exit(2);
-            }
+            "--out" => out = Some(PathBuf::from(value())),
+            "--only" => only = value(),
+            "--loop" => profile = Some(Kind::parse(&value()).unwrap_or_else(|| usage())),
+            "--nodes" => nodes = value().parse().unwrap_or_else(|_| usage()),
+            "--tasks" => tasks = value().parse().unwrap_or_else(|_| usage()),
+            "--secs" => secs = value().parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
         }
+    }
+    if !(1..=5).contains(&nodes) || tasks == 0 {
+        usage();
     }
     let out = out.unwrap_or_else(|| {
         if smoke {
@@ -164,11 +184,74 @@ fn args() -> Args {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs")
         }
     });
-    Args { smoke, out, only }
+    Args {
+        smoke,
+        out,
+        only,
+        profile,
+        nodes,
+        tasks,
+        secs,
+    }
+}
+
+/// `--loop`: one contender cycling on local nodes, nothing else, so that a
+/// profiler (`perf record -g`) sees only its costs.
+fn profile_loop(kind: Kind, args: &Args) {
+    let nodes = nodes::Nodes::start(args.nodes);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let window = throughput::Window {
+        warm: Duration::from_millis(200),
+        window: Duration::from_secs_f64(args.secs),
+    };
+    let before = nodes.command_stats(args.nodes);
+    let outcome = runtime.block_on(async {
+        let contender =
+            std::sync::Arc::new(contender::Contender::connect(kind, &nodes.direct(args.nodes), true).await);
+        throughput::round(&nodes, args.nodes, &contender, args.tasks, "loop", window).await
+    });
+    drop(runtime);
+    let after = nodes.command_stats(args.nodes);
+    let mut commands: Vec<(String, u64, u64)> = after
+        .iter()
+        .map(|(name, (calls, usec))| {
+            let (c0, u0) = before.get(name).copied().unwrap_or((0, 0));
+            (name.clone(), calls - c0, usec - u0)
+        })
+        .filter(|(name, calls, _)| *calls > 0 && name != "info")
+        .collect();
+    commands.sort_by_key(|c| std::cmp::Reverse(c.1));
+    for (name, calls, usec) in commands {
+        println!(
+            "  server: {name}: {calls} calls, {:.2} µs per call",
+            usec as f64 / calls as f64
+        );
+    }
+    println!(
+        "{}: N={}, {} tasks: {:.0} cycles/s ({:.1} µs per cycle per task); CPU per cycle: client {:.1} µs, \
+         nodes {:.1} µs; {} errors{}",
+        kind.label(),
+        args.nodes,
+        args.tasks,
+        outcome.rate,
+        1e6 * args.tasks as f64 / outcome.rate,
+        outcome.client_us,
+        outcome.server_us,
+        outcome.errors,
+        outcome
+            .first_error
+            .map_or(String::new(), |e| format!(" (first: {e})"))
+    );
 }
 
 fn main() {
     let args = args();
+    if let Some(kind) = args.profile {
+        return profile_loop(kind, &args);
+    }
     let settings = Settings::new(args.smoke);
     let load_before = machine::load_average();
     let started = Instant::now();
@@ -193,7 +276,8 @@ fn main() {
         }
         if wants('c') || wants('d') {
             eprintln!("(c, d) behind proxies with latency; one node black-holed");
-            results.network = Some(network::run(&nodes, settings.network_rounds, &settings.network).await);
+            let (rounds, budgets) = (settings.network_rounds, &settings.network);
+            results.network = Some(network::run(&nodes, rounds, budgets, wants('c'), wants('d')).await);
             nodes.flush();
         }
         if wants('e') {

@@ -33,6 +33,9 @@ pub struct Network {
     pub healthy: Vec<Series>,
     /// (d): every kind at N = 5 with one node black-holed.
     pub holed: Vec<Series>,
+    /// p50 of a `PING` round trip through one proxy (µs): what "1 ms each
+    /// way" came to, with the proxy's timer granularity.
+    pub ping_p50: Option<f64>,
 }
 
 /// Budgets of (c) and (d): `fast` for contenders whose cycle costs a few
@@ -45,14 +48,16 @@ pub struct Budgets {
     pub holed_slow: Budget,
 }
 
-pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets) -> Network {
+/// Runs (c) when `latency`, (d) when `hole` (the other stays empty).
+pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets, latency: bool, hole: bool) -> Network {
     let proxies: Vec<Proxy> = (0..5).map(|i| nodes.proxy(i, LATENCY)).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let ping_p50 = ping(&urls[0]).await;
 
     // (c): N = 1 and N = 5 in the same rounds, so that their ratio is
     // measured under the same load.
     let mut contenders = Vec::new();
-    for n in [1, 5] {
+    for n in [1, 5].into_iter().filter(|_| latency) {
         for kind in KINDS_C {
             contenders.push((n, kind, Contender::connect(kind, &urls[..n], true).await));
         }
@@ -66,7 +71,7 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets) -> Network {
         })
         .collect();
     let results = rounds::alternate(&entries, rounds).await;
-    let latency = contenders
+    let latency_series = contenders
         .iter()
         .zip(results)
         .map(|((n, kind, _), rounds)| Series {
@@ -78,7 +83,17 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets) -> Network {
         .collect();
     drop(entries);
     drop(contenders);
-    eprintln!("  (c) done");
+    if latency {
+        eprintln!("  (c) done");
+    }
+    if !hole {
+        return Network {
+            latency: latency_series,
+            healthy: Vec::new(),
+            holed: Vec::new(),
+            ping_p50,
+        };
+    }
 
     // (d): the fifth node also gets a second proxy; clients of the holed
     // set connect through it while it is healthy, then it goes silent, as a
@@ -138,8 +153,22 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets) -> Network {
     drop(hole);
     drop(proxies);
     Network {
-        latency,
+        latency: latency_series,
         healthy,
         holed,
+        ping_p50,
     }
+}
+
+/// p50 of 50 `PING`s over one connection to `url` (µs).
+async fn ping(url: &str) -> Option<f64> {
+    let client = redis::Client::open(url).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let mut samples = Vec::new();
+    for _ in 0..50 {
+        let started = tokio::time::Instant::now();
+        let _: String = redis::cmd("PING").query_async(&mut conn).await.ok()?;
+        samples.push(started.elapsed());
+    }
+    crate::stats::quantile_us(&samples, 0.5)
 }

@@ -54,7 +54,16 @@ impl Nodes {
     /// Calls per command name, summed over the first `n` servers
     /// (`INFO commandstats`; commands run inside scripts count too).
     pub fn command_calls(&self, n: usize) -> HashMap<String, u64> {
-        let mut calls = HashMap::new();
+        self.command_stats(n)
+            .into_iter()
+            .map(|(name, (calls, _))| (name, calls))
+            .collect()
+    }
+
+    /// Calls and microseconds spent per command name, summed over the first
+    /// `n` servers (`INFO commandstats`).
+    pub fn command_stats(&self, n: usize) -> HashMap<String, (u64, u64)> {
+        let mut totals = HashMap::new();
         for server in &self.servers[..n] {
             let info = server.command(&["INFO", "commandstats"]).unwrap_or_default();
             for line in info.lines() {
@@ -64,11 +73,28 @@ impl Nodes {
                 else {
                     continue;
                 };
-                let count: u64 = stats.split(',').next().and_then(|c| c.parse().ok()).unwrap_or(0);
-                *calls.entry(name.to_owned()).or_insert(0) += count;
+                let field = |key: &str| -> u64 {
+                    stats
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(key))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                };
+                let calls = stats.split(',').next().and_then(|c| c.parse().ok()).unwrap_or(0);
+                let entry = totals.entry(name.to_owned()).or_insert((0, 0));
+                entry.0 += calls;
+                entry.1 += field("usec=");
             }
         }
-        calls
+        totals
+    }
+
+    /// CPU time the first `n` servers used so far.
+    pub fn cpu(&self, n: usize) -> Duration {
+        self.servers[..n]
+            .iter()
+            .map(|s| crate::cpu::process(s.pid()))
+            .sum()
     }
 
     /// Deletes every key on every server (between scenarios).

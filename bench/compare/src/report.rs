@@ -214,6 +214,35 @@ fn throughput_tables(md: &mut String, rates: &[Rate], s: &Settings, targets: &mu
         }
         let _ = writeln!(md, "{row}");
     }
+    for rate in rates.iter().filter(|r| r.errors > 0) {
+        let _ = writeln!(
+            md,
+            "\n{} with {} tasks at N={}: {} failed cycles, the first: {}",
+            rate.kind.label(),
+            rate.tasks,
+            rate.n,
+            rate.errors,
+            rate.first_error.as_deref().unwrap_or("?")
+        );
+    }
+    let _ = writeln!(
+        md,
+        "\nCPU time per cycle at N=5 (µs; median over rounds), of the client process and of the five \
+         nodes together:\n"
+    );
+    let _ = writeln!(md, "| contender | tasks | client | nodes |\n|---|--:|--:|--:|");
+    for (kind, tasks) in rows {
+        if let Some(r) = get(kind, tasks, 5) {
+            let med = |v: &[f64]| median(v.iter().copied()).map_or("-".into(), |x| format!("{x:.1}"));
+            let _ = writeln!(
+                md,
+                "| {} | {tasks} | {} | {} |",
+                kind.label(),
+                med(&r.client_us),
+                med(&r.server_us)
+            );
+        }
+    }
     let ratio = |a: Kind, b: Kind, tasks: usize, n: usize| -> Option<f64> {
         let (a, b) = (get(a, tasks, n)?, get(b, tasks, n)?);
         median(a.rounds.iter().zip(&b.rounds).map(|(x, y)| x / y))
@@ -258,10 +287,22 @@ fn throughput_tables(md: &mut String, rates: &[Rate], s: &Settings, targets: &mu
 }
 
 fn network_tables(md: &mut String, net: &Network, targets: &mut Vec<Target>) {
+    if !net.latency.is_empty() {
+        latency_table(md, net, targets);
+    }
+    if !net.holed.is_empty() {
+        hole_table(md, net, targets);
+    }
+}
+
+fn latency_table(md: &mut String, net: &Network, targets: &mut Vec<Target>) {
     let _ = writeln!(
         md,
-        "### (c) Every node behind a proxy adding {} ms each way: lock+unlock\n",
-        network::LATENCY.as_millis()
+        "### (c) Every node behind a proxy adding {} ms each way: lock+unlock\n\n\
+         A PING round trip through one proxy took {} (p50): the proxy's timer rounds each delay \
+         up to its next millisecond tick.\n",
+        network::LATENCY.as_millis(),
+        fmt_us(net.ping_p50)
     );
     let _ = writeln!(
         md,
@@ -295,7 +336,9 @@ fn network_tables(md: &mut String, net: &Network, targets: &mut Vec<Target>) {
         ours,
         1.1,
     );
+}
 
+fn hole_table(md: &mut String, net: &Network, targets: &mut Vec<Target>) {
     let _ = writeln!(
         md,
         "### (d) One of five nodes black-holed (same 1 ms proxies): lock+unlock\n"

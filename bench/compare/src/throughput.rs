@@ -8,6 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::contender::{self, Contender, Kind};
+use crate::cpu;
 use crate::nodes::Nodes;
 use crate::stats;
 
@@ -37,8 +38,13 @@ pub struct Rate {
     pub tasks: usize,
     /// Cycles per second, per round.
     pub rounds: Vec<f64>,
+    /// CPU time per cycle (µs) of this process and of the nodes, per round.
+    pub client_us: Vec<f64>,
+    pub server_us: Vec<f64>,
     /// Failed cycles over all rounds.
     pub errors: u64,
+    /// The first failure, for the report.
+    pub first_error: Option<String>,
 }
 
 impl Rate {
@@ -66,7 +72,10 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
                 n,
                 tasks: *tasks,
                 rounds: Vec::new(),
+                client_us: Vec::new(),
+                server_us: Vec::new(),
                 errors: 0,
+                first_error: None,
             })
             .collect();
         for r in 0..rounds {
@@ -74,9 +83,15 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
                 let i = (j + r) % entries.len();
                 let (kind, tasks, contender) = &entries[i];
                 let prefix = format!("b:{n}:{kind:?}:{tasks}:{r}");
-                let (rate, errors) = round(contender, *tasks, &prefix, window).await;
-                results[i].rounds.push(rate);
-                results[i].errors += errors;
+                let outcome = round(nodes, n, contender, *tasks, &prefix, window).await;
+                let result = &mut results[i];
+                result.rounds.push(outcome.rate);
+                result.client_us.push(outcome.client_us);
+                result.server_us.push(outcome.server_us);
+                result.errors += outcome.errors;
+                if result.first_error.is_none() {
+                    result.first_error = outcome.first_error;
+                }
             }
         }
         rates.extend(results);
@@ -86,11 +101,29 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
     rates
 }
 
-/// One round: `tasks` loops until the window ends; returns cycles per
-/// second over the counted window and the number of failed cycles.
-async fn round(contender: &Arc<Contender>, tasks: usize, prefix: &str, window: Window) -> (f64, u64) {
+/// What one round measured.
+pub struct Outcome {
+    /// Cycles per second over the counted window.
+    pub rate: f64,
+    /// CPU time per cycle over the window (µs): this process (the client),
+    /// and the `n` nodes.
+    pub client_us: f64,
+    pub server_us: f64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// One round: `tasks` loops on the first `n` nodes until the window ends.
+pub async fn round(
+    nodes: &Nodes,
+    n: usize,
+    contender: &Arc<Contender>,
+    tasks: usize,
+    prefix: &str,
+    window: Window,
+) -> Outcome {
     let done = Arc::new(AtomicU64::new(0));
-    let errors = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Errors::default());
     let stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
     let mut spawned = Vec::new();
@@ -123,8 +156,10 @@ async fn round(contender: &Arc<Contender>, tasks: usize, prefix: &str, window: W
     }
     tokio::time::sleep(window.warm).await;
     let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
+    let (client_before, server_before) = (cpu::this_process(), nodes.cpu(n));
     tokio::time::sleep(window.window).await;
     let (elapsed, after) = (start.elapsed(), done.load(Ordering::Relaxed));
+    let (client, server) = (cpu::this_process() - client_before, nodes.cpu(n) - server_before);
     stop.store(true, Ordering::Relaxed);
     for task in spawned {
         task.await.expect("throughput task");
@@ -134,13 +169,30 @@ async fn round(contender: &Arc<Contender>, tasks: usize, prefix: &str, window: W
             .await
             .expect("join");
     }
-    let rate = (after - before) as f64 / elapsed.as_secs_f64();
-    (rate, errors.load(Ordering::Relaxed))
+    let cycles = (after - before).max(1) as f64;
+    Outcome {
+        rate: (after - before) as f64 / elapsed.as_secs_f64(),
+        client_us: client.as_secs_f64() * 1e6 / cycles,
+        server_us: server.as_secs_f64() * 1e6 / cycles,
+        errors: errors.count.load(Ordering::Relaxed),
+        first_error: errors.first.lock().unwrap().take(),
+    }
 }
 
-fn count(outcome: Result<(), String>, done: &AtomicU64, errors: &AtomicU64) {
+#[derive(Default)]
+struct Errors {
+    count: AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+fn count(outcome: Result<(), String>, done: &AtomicU64, errors: &Errors) {
     match outcome {
-        Ok(()) => done.fetch_add(1, Ordering::Relaxed),
-        Err(_) => errors.fetch_add(1, Ordering::Relaxed),
-    };
+        Ok(()) => {
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            errors.count.fetch_add(1, Ordering::Relaxed);
+            errors.first.lock().unwrap().get_or_insert(e);
+        }
+    }
 }
