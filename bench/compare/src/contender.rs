@@ -60,6 +60,11 @@ impl Kind {
         })
     }
 
+    /// Its colour in the charts (the same in every chart).
+    pub fn color(self) -> usize {
+        self as usize
+    }
+
     /// The name in tables and plots.
     pub fn label(self) -> &'static str {
         match self {

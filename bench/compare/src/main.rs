@@ -89,7 +89,7 @@ impl Settings {
                     warm: Duration::from_millis(300),
                     window: secs(2),
                 },
-                network_rounds: 7,
+                network_rounds: 9,
                 network: network::Budgets {
                     latency: budget(5, 40, secs(30)),
                     healthy: budget(2, 30, secs(20)),
@@ -335,6 +335,8 @@ fn charts(dir: &Path, results: &Results) -> Result<(), String> {
             .iter()
             .map(|&kind| plot::Line {
                 name: kind.label().into(),
+                color: kind.color(),
+                width: 2,
                 points: series
                     .iter()
                     .filter(|s| s.kind == kind)
@@ -357,6 +359,8 @@ fn charts(dir: &Path, results: &Results) -> Result<(), String> {
             for &kind in kinds {
                 lines.push(plot::Line {
                     name: format!("{}, {tasks} tasks", kind.label()),
+                    color: kind.color(),
+                    width: if tasks == 64 { 2 } else { 1 },
                     points: rates
                         .iter()
                         .filter(|r| r.kind == kind && r.tasks == tasks)
@@ -379,6 +383,8 @@ fn charts(dir: &Path, results: &Results) -> Result<(), String> {
             .iter()
             .map(|&kind| plot::Line {
                 name: kind.label().into(),
+                color: kind.color(),
+                width: 2,
                 points: net
                     .latency
                     .iter()

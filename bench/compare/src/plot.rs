@@ -5,10 +5,24 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-/// One line: a name and its (x, y) points.
+/// Line colours, one per contender in the order of `contender::Kind`.
+const COLORS: [RGBColor; 7] = [
+    RGBColor(0x44, 0x44, 0x44), // raw
+    RGBColor(0x99, 0x99, 0x99), // raw (all)
+    RGBColor(0x2c, 0xa0, 0x2c), // raw sequential
+    RGBColor(0x1f, 0x5f, 0xbf), // quorumlock
+    RGBColor(0x6f, 0xa8, 0xdc), // quorumlock fenced
+    RGBColor(0xd6, 0x27, 0x28), // rslock
+    RGBColor(0xe6, 0x8a, 0x00), // redlock
+];
+
+/// One line: a name, its (x, y) points, a colour (index into the palette)
+/// and a stroke width.
 pub struct Line {
     pub name: String,
     pub points: Vec<(f64, f64)>,
+    pub color: usize,
+    pub width: u32,
 }
 
 /// A chart of `lines` over x = node count, y on a log scale.
@@ -36,6 +50,7 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
     let xs_f: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
     chart
         .configure_mesh()
+        .light_line_style(TRANSPARENT)
         .x_desc("nodes (N)")
         .y_desc(y_label)
         .x_labels(xs.len() + 2)
@@ -55,14 +70,14 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         })
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, line) in lines.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
+    for line in lines {
+        let (color, width) = (COLORS[line.color % COLORS.len()].to_rgba(), line.width);
         let points: Vec<(f64, f64)> = line.points.iter().copied().filter(|p| p.1 > 0.0).collect();
         chart
-            .draw_series(LineSeries::new(points.clone(), color.stroke_width(2)))
+            .draw_series(LineSeries::new(points.clone(), color.stroke_width(width)))
             .map_err(|e| e.to_string())?
             .label(line.name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(width)));
         chart
             .draw_series(points.into_iter().map(|p| Circle::new(p, 3, color.filled())))
             .map_err(|e| e.to_string())?;
