@@ -35,9 +35,11 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
     if ys.is_empty() {
         return Ok(());
     }
-    let lo = ys.iter().copied().fold(f64::INFINITY, f64::min) / 1.5;
-    let hi = ys.iter().copied().fold(0.0, f64::max) * 1.5;
-    let x_max = *xs.iter().max().unwrap_or(&5) as f64 + 0.5;
+    let lo = ys.iter().copied().fold(f64::INFINITY, f64::min) / 1.3;
+    let max = ys.iter().copied().fold(0.0, f64::max);
+    // Head room at the top (on the log scale) for the legend.
+    let hi = max * (max / lo).powf(0.5).max(2.0);
+    let x_max = *xs.iter().max().unwrap_or(&5) as f64 + 1.0;
     let root = SVGBackend::new(path, (760, 460)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(&root)
@@ -45,7 +47,7 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0.5f64..x_max, (lo..hi).log_scale())
+        .build_cartesian_2d(0f64..x_max, (lo..hi).log_scale())
         .map_err(|e| e.to_string())?;
     let xs_f: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
     chart
@@ -53,7 +55,8 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         .light_line_style(TRANSPARENT)
         .x_desc("nodes (N)")
         .y_desc(y_label)
-        .x_labels(xs.len() + 2)
+        .x_labels(x_max as usize + 1)
+        .y_labels(8)
         .x_label_formatter(&|x| {
             if xs_f.iter().any(|v| (v - x).abs() < 1e-9) {
                 format!("{x:.0}")
@@ -86,7 +89,7 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
