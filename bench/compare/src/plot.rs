@@ -47,7 +47,7 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(70)
-        .build_cartesian_2d(0f64..x_max, (lo..hi).log_scale())
+        .build_cartesian_2d(0f64..x_max, (lo..hi).log_scale().with_key_points(ticks(lo, hi)))
         .map_err(|e| e.to_string())?;
     let xs_f: Vec<f64> = xs.iter().map(|&x| x as f64).collect();
     chart
@@ -56,7 +56,6 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         .x_desc("nodes (N)")
         .y_desc(y_label)
         .x_labels(x_max as usize + 1)
-        .y_labels(8)
         .x_label_formatter(&|x| {
             if xs_f.iter().any(|v| (v - x).abs() < 1e-9) {
                 format!("{x:.0}")
@@ -93,4 +92,20 @@ pub fn chart(path: &Path, title: &str, y_label: &str, xs: &[usize], lines: &[Lin
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+/// Ticks 1, 2, 5 per decade between `lo` and `hi`.
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut ticks = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        ticks.extend(
+            [1.0, 2.0, 5.0]
+                .map(|m| m * decade)
+                .into_iter()
+                .filter(|t| (lo..=hi).contains(t)),
+        );
+        decade *= 10.0;
+    }
+    ticks
 }
