@@ -30,3 +30,8 @@ cargo run --quiet --example inventory -- --short --restart
 cargo test --bench latency -- --smoke
 cargo test --bench watchdog -- --smoke
 cargo test --bench throughput -- --smoke
+cargo test --bench criterion_lock
+# The comparison with the peer crates (a package of its own, so that the
+# commands above never compile them), every scenario with tiny counts; it
+# writes to a temp dir, not to docs/.
+cargo run --quiet -p quorumlock-compare -- --smoke

@@ -1,0 +1,267 @@
+//! (e) contended hand-off: 16 waiters take turns on one resource on 3
+//! nodes, holding it 1 ms each time. A task that released queues again only
+//! after someone else acquired, so every hand-off goes to a waiter.
+//!
+//! Measured per round: the gap from the holder calling release to the next
+//! holder's lock call returning (the time the resource sits idle), hand-offs
+//! per second, the Redis commands per hand-off (`INFO commandstats` of the
+//! three nodes, before and after the round), and this process's CPU time
+//! per hand-off.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::contender::TTL;
+use crate::cpu;
+use crate::nodes::Nodes;
+use crate::stats;
+
+/// Waiters on the resource.
+pub const WAITERS: usize = 16;
+
+/// Nodes.
+pub const N: usize = 3;
+
+/// How long each holder keeps the lock.
+pub const HOLD: Duration = Duration::from_millis(1);
+
+/// Commands that only run inside the lock scripts here (`GET` + `DEL`, and
+/// quorumlock's `PUBLISH`): counted in "all commands", not in "requests".
+const INSIDE_SCRIPTS: [&str; 3] = ["get", "del", "publish"];
+
+/// Who waits, and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Setup {
+    /// quorumlock, 16 tasks sharing one client (one process).
+    OursShared,
+    /// quorumlock, one client per task (16 processes).
+    OursPerTask,
+    /// rslock's `acquire` (polling with its default retry delay), one lock
+    /// manager per task.
+    Rslock,
+}
+
+impl Setup {
+    pub const ALL: [Setup; 3] = [Setup::OursShared, Setup::OursPerTask, Setup::Rslock];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Setup::OursShared => "quorumlock, 16 tasks on one client",
+            Setup::OursPerTask => "quorumlock, 16 clients",
+            Setup::Rslock => "rslock 0.10 (polling), 16 managers",
+        }
+    }
+}
+
+#[derive(Clone)]
+enum Waiter {
+    Ours(quorumlock::Redlock),
+    Rslock(rslock::LockManager),
+}
+
+/// One round of one setup.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    pub gaps: Vec<Duration>,
+    pub handoffs: usize,
+    /// First to last acquisition.
+    pub span: Duration,
+    /// Commands sent by clients (including pub/sub commands).
+    pub requests: u64,
+    /// All commands the nodes executed, including those inside scripts.
+    pub commands: u64,
+    /// Client CPU time of the round.
+    pub cpu: Duration,
+    /// Lock calls that failed (and were retried).
+    pub errors: usize,
+    /// Fewest and most acquisitions of one task.
+    pub min_max: (usize, usize),
+}
+
+impl Round {
+    pub fn gap_p50(&self) -> Option<f64> {
+        stats::quantile_us(&self.gaps, 0.5)
+    }
+
+    pub fn gap_p99(&self) -> Option<f64> {
+        stats::quantile_us(&self.gaps, 0.99)
+    }
+
+    pub fn rate(&self) -> f64 {
+        self.handoffs as f64 / self.span.as_secs_f64()
+    }
+
+    pub fn requests_per_handoff(&self) -> f64 {
+        self.requests as f64 / self.handoffs as f64
+    }
+
+    pub fn commands_per_handoff(&self) -> f64 {
+        self.commands as f64 / self.handoffs as f64
+    }
+
+    pub fn cpu_per_handoff_us(&self) -> f64 {
+        self.cpu.as_secs_f64() * 1e6 / self.handoffs as f64
+    }
+}
+
+/// Every setup's rounds, in the order of [`Setup::ALL`].
+pub async fn run(nodes: &Nodes, rounds: usize, target: usize, warmup: usize) -> Vec<(Setup, Vec<Round>)> {
+    let urls = nodes.direct(N);
+    let build = || {
+        quorumlock::Redlock::builder()
+            .nodes(urls.iter().cloned())
+            .build()
+            .expect("quorumlock config")
+    };
+    let shared = build();
+    let mut waiters: Vec<Vec<Waiter>> = Vec::new();
+    for setup in Setup::ALL {
+        waiters.push(match setup {
+            Setup::OursShared => (0..WAITERS).map(|_| Waiter::Ours(shared.clone())).collect(),
+            Setup::OursPerTask => (0..WAITERS).map(|_| Waiter::Ours(build())).collect(),
+            Setup::Rslock => (0..WAITERS)
+                .map(|_| Waiter::Rslock(rslock::LockManager::new(urls.clone())))
+                .collect(),
+        });
+    }
+    // Connections, subscriptions and script caches first.
+    for (i, setup) in Setup::ALL.iter().enumerate() {
+        take_turns(nodes, &waiters[i], &format!("e:warmup:{setup:?}"), warmup).await;
+    }
+    let mut results: Vec<Vec<Round>> = Setup::ALL.iter().map(|_| Vec::new()).collect();
+    for r in 0..rounds {
+        for j in 0..Setup::ALL.len() {
+            let i = (j + r) % Setup::ALL.len();
+            let round = take_turns(nodes, &waiters[i], &format!("e:{:?}:{r}", Setup::ALL[i]), target).await;
+            results[i].push(round);
+        }
+    }
+    eprintln!("  (e) done");
+    Setup::ALL.into_iter().zip(results).collect()
+}
+
+#[derive(Default)]
+struct Turns {
+    /// When the last holder started its release.
+    release_started: Option<Instant>,
+    gaps: Vec<Duration>,
+    first: Option<Instant>,
+    last: Option<Instant>,
+}
+
+/// One round: the waiters take turns until `target` acquisitions.
+async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: usize) -> Round {
+    let before = nodes.command_calls(N);
+    let cpu_before = cpu::this_process();
+    let turns = Arc::new(Mutex::new(Turns::default()));
+    let (acquired, _) = watch::channel(0usize);
+    let acquired = Arc::new(acquired);
+    let errors = Arc::new(Mutex::new(0usize));
+    let tasks: Vec<_> = waiters
+        .iter()
+        .cloned()
+        .map(|waiter| {
+            let (turns, acquired, errors) = (Arc::clone(&turns), Arc::clone(&acquired), Arc::clone(&errors));
+            let resource = resource.to_owned();
+            tokio::spawn(async move {
+                let mut mine = 0;
+                loop {
+                    let held = loop {
+                        match acquire(&waiter, &resource).await {
+                            Ok(held) => break held,
+                            Err(_) => *errors.lock().unwrap() += 1,
+                        }
+                    };
+                    let now = Instant::now();
+                    let count = {
+                        let mut t = turns.lock().unwrap();
+                        if let Some(at) = t.release_started.take() {
+                            t.gaps.push(now - at);
+                        }
+                        t.first.get_or_insert(now);
+                        t.last = Some(now);
+                        let mut count = 0;
+                        acquired.send_modify(|n| {
+                            *n += 1;
+                            count = *n;
+                        });
+                        count
+                    };
+                    mine += 1;
+                    tokio::time::sleep(HOLD).await;
+                    turns.lock().unwrap().release_started = Some(Instant::now());
+                    release(held).await;
+                    if count >= target {
+                        return mine;
+                    }
+                    // Queue again only after someone else acquired.
+                    let mut seen = acquired.subscribe();
+                    let _ = seen.wait_for(|&n| n != count).await;
+                    if *seen.borrow() >= target {
+                        return mine;
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut per_task = Vec::new();
+    for task in tasks {
+        per_task.push(task.await.expect("waiter task"));
+    }
+    let cpu = cpu::this_process() - cpu_before;
+    let after = nodes.command_calls(N);
+    let turns = turns.lock().unwrap();
+    let handoffs = (*acquired.borrow()).saturating_sub(1).max(1);
+    let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    let commands: u64 = after
+        .keys()
+        .filter(|name| *name != "info")
+        .map(|name| delta(name))
+        .sum();
+    let inside: u64 = INSIDE_SCRIPTS.iter().map(|name| delta(name)).sum();
+    Round {
+        gaps: turns.gaps.clone(),
+        handoffs,
+        span: turns.last.zip(turns.first).map_or(Duration::ZERO, |(l, f)| l - f),
+        requests: commands - inside,
+        commands,
+        cpu,
+        errors: *errors.lock().unwrap(),
+        min_max: (
+            per_task.iter().copied().min().unwrap_or(0),
+            per_task.iter().copied().max().unwrap_or(0),
+        ),
+    }
+}
+
+enum Held {
+    Ours(quorumlock::Guard),
+    Rslock(rslock::LockGuard),
+}
+
+async fn acquire(waiter: &Waiter, resource: &str) -> Result<Held, String> {
+    match waiter {
+        Waiter::Ours(redlock) => redlock
+            .lock(resource, TTL)
+            .await
+            .map(Held::Ours)
+            .map_err(|e| e.to_string()),
+        Waiter::Rslock(manager) => manager
+            .acquire(resource, TTL)
+            .await
+            .map(Held::Rslock)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+async fn release(held: Held) {
+    match held {
+        Held::Ours(guard) => {
+            let _ = guard.release().await;
+        }
+        Held::Rslock(guard) => guard.release().await,
+    }
+}

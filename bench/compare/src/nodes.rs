@@ -1,0 +1,106 @@
+//! The nodes every contender talks to: local `redis-server` processes (the
+//! test harness's), optionally each behind a fault proxy (also the
+//! harness's) that adds latency or swallows traffic.
+//!
+//! The proxies run on a runtime of their own, on its own thread, so that
+//! they keep forwarding while a contender blocks its thread (redlock is
+//! synchronous) and so that they load every contender alike.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+#[path = "../../../tests/support/proxy.rs"]
+mod proxy;
+#[path = "../../../tests/support/server.rs"]
+mod server;
+
+pub use proxy::Proxy;
+pub use server::RedisServer;
+
+/// Local nodes, and the runtime that hosts proxies in front of them.
+pub struct Nodes {
+    pub servers: Vec<RedisServer>,
+    proxies: tokio::runtime::Runtime,
+}
+
+impl Nodes {
+    /// Starts `n` redis-server processes.
+    pub fn start(n: usize) -> Nodes {
+        let proxies = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("proxies")
+            .enable_all()
+            .build()
+            .expect("proxy runtime");
+        Nodes {
+            servers: (0..n).map(|_| RedisServer::start()).collect(),
+            proxies,
+        }
+    }
+
+    /// URLs of the first `n` servers, connected to directly.
+    pub fn direct(&self, n: usize) -> Vec<String> {
+        self.servers[..n].iter().map(RedisServer::url).collect()
+    }
+
+    /// A proxy in front of server `index` with `latency` added each way.
+    pub fn proxy(&self, index: usize, latency: Duration) -> Proxy {
+        let _runtime = self.proxies.enter();
+        let proxy = Proxy::start(self.servers[index].port());
+        proxy.set_latency(latency);
+        proxy
+    }
+
+    /// Calls per command name, summed over the first `n` servers
+    /// (`INFO commandstats`; commands run inside scripts count too).
+    pub fn command_calls(&self, n: usize) -> HashMap<String, u64> {
+        self.command_stats(n)
+            .into_iter()
+            .map(|(name, (calls, _))| (name, calls))
+            .collect()
+    }
+
+    /// Calls and microseconds spent per command name, summed over the first
+    /// `n` servers (`INFO commandstats`).
+    pub fn command_stats(&self, n: usize) -> HashMap<String, (u64, u64)> {
+        let mut totals = HashMap::new();
+        for server in &self.servers[..n] {
+            let info = server.command(&["INFO", "commandstats"]).unwrap_or_default();
+            for line in info.lines() {
+                let Some((name, stats)) = line
+                    .strip_prefix("cmdstat_")
+                    .and_then(|rest| rest.split_once(":calls="))
+                else {
+                    continue;
+                };
+                let field = |key: &str| -> u64 {
+                    stats
+                        .split(',')
+                        .find_map(|kv| kv.strip_prefix(key))
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0)
+                };
+                let calls = stats.split(',').next().and_then(|c| c.parse().ok()).unwrap_or(0);
+                let entry = totals.entry(name.to_owned()).or_insert((0, 0));
+                entry.0 += calls;
+                entry.1 += field("usec=");
+            }
+        }
+        totals
+    }
+
+    /// CPU time the first `n` servers used so far.
+    pub fn cpu(&self, n: usize) -> Duration {
+        self.servers[..n]
+            .iter()
+            .map(|s| crate::cpu::process(s.pid()))
+            .sum()
+    }
+
+    /// Deletes every key on every server (between scenarios).
+    pub fn flush(&self) {
+        for server in &self.servers {
+            let _ = server.command(&["FLUSHALL"]);
+        }
+    }
+}

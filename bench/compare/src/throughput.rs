@@ -1,0 +1,198 @@
+//! (b) many tasks, each on keys of its own, cycling lock+unlock for a
+//! window: cycles per second, at N = 1, 3, 5.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::contender::{self, Contender, Kind};
+use crate::cpu;
+use crate::nodes::Nodes;
+use crate::stats;
+
+/// Node counts measured.
+pub const NS: [usize; 3] = [1, 3, 5];
+
+/// Contenders with 64 tasks; redlock gets 64 threads (it blocks).
+pub const KINDS_64: [Kind; 4] = [Kind::Raw, Kind::Ours, Kind::Rslock, Kind::Redlock];
+
+/// Contenders also measured with 256 tasks (the baseline of issue 10).
+pub const KINDS_256: [Kind; 3] = [Kind::Raw, Kind::Ours, Kind::Rslock];
+
+/// Length of a round.
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    /// Cycles before this are not counted (connections, caches).
+    pub warm: Duration,
+    /// Counted time.
+    pub window: Duration,
+}
+
+/// One contender's rounds at one N and task count.
+#[derive(Debug)]
+pub struct Rate {
+    pub kind: Kind,
+    pub n: usize,
+    pub tasks: usize,
+    /// Cycles per second, per round.
+    pub rounds: Vec<f64>,
+    /// CPU time per cycle (µs) of this process and of the nodes, per round.
+    pub client_us: Vec<f64>,
+    pub server_us: Vec<f64>,
+    /// Failed cycles over all rounds.
+    pub errors: u64,
+    /// The first failure, for the report.
+    pub first_error: Option<String>,
+}
+
+impl Rate {
+    /// Median over rounds.
+    pub fn median(&self) -> Option<f64> {
+        stats::median(self.rounds.iter().copied())
+    }
+}
+
+pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
+    let mut rates = Vec::new();
+    for n in NS {
+        let urls = nodes.direct(n);
+        let mut entries = Vec::new();
+        for (tasks, kinds) in [(64, &KINDS_64[..]), (256, &KINDS_256[..])] {
+            for &kind in kinds {
+                let contender = Arc::new(Contender::connect(kind, &urls, true).await);
+                entries.push((kind, tasks, contender));
+            }
+        }
+        let mut results: Vec<Rate> = entries
+            .iter()
+            .map(|(kind, tasks, _)| Rate {
+                kind: *kind,
+                n,
+                tasks: *tasks,
+                rounds: Vec::new(),
+                client_us: Vec::new(),
+                server_us: Vec::new(),
+                errors: 0,
+                first_error: None,
+            })
+            .collect();
+        for r in 0..rounds {
+            for j in 0..entries.len() {
+                let i = (j + r) % entries.len();
+                let (kind, tasks, contender) = &entries[i];
+                let prefix = format!("b:{n}:{kind:?}:{tasks}:{r}");
+                let outcome = round(nodes, n, contender, *tasks, &prefix, window).await;
+                let result = &mut results[i];
+                result.rounds.push(outcome.rate);
+                result.client_us.push(outcome.client_us);
+                result.server_us.push(outcome.server_us);
+                result.errors += outcome.errors;
+                if result.first_error.is_none() {
+                    result.first_error = outcome.first_error;
+                }
+            }
+        }
+        rates.extend(results);
+        nodes.flush();
+        eprintln!("  (b) N={n} done");
+    }
+    rates
+}
+
+/// What one round measured.
+pub struct Outcome {
+    /// Cycles per second over the counted window.
+    pub rate: f64,
+    /// CPU time per cycle over the window (µs): this process (the client),
+    /// and the `n` nodes.
+    pub client_us: f64,
+    pub server_us: f64,
+    pub errors: u64,
+    pub first_error: Option<String>,
+}
+
+/// One round: `tasks` loops on the first `n` nodes until the window ends.
+pub async fn round(
+    nodes: &Nodes,
+    n: usize,
+    contender: &Arc<Contender>,
+    tasks: usize,
+    prefix: &str,
+    window: Window,
+) -> Outcome {
+    let done = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(Errors::default());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut threads = Vec::new();
+    let mut spawned = Vec::new();
+    for t in 0..tasks {
+        let (done, errors, stop) = (Arc::clone(&done), Arc::clone(&errors), Arc::clone(&stop));
+        let prefix = format!("{prefix}:{t}");
+        if let Contender::Redlock(rl) = &**contender {
+            let rl = rl.clone();
+            threads.push(std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    count(
+                        contender::blocking_cycle(&rl, &format!("{prefix}:{i}")),
+                        &done,
+                        &errors,
+                    );
+                    i += 1;
+                }
+            }));
+        } else {
+            let contender = Arc::clone(contender);
+            spawned.push(tokio::spawn(async move {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    count(contender.cycle(&format!("{prefix}:{i}")).await, &done, &errors);
+                    i += 1;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(window.warm).await;
+    let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
+    let (client_before, server_before) = (cpu::this_process(), nodes.cpu(n));
+    tokio::time::sleep(window.window).await;
+    let (elapsed, after) = (start.elapsed(), done.load(Ordering::Relaxed));
+    let (client, server) = (cpu::this_process() - client_before, nodes.cpu(n) - server_before);
+    stop.store(true, Ordering::Relaxed);
+    for task in spawned {
+        task.await.expect("throughput task");
+    }
+    if !threads.is_empty() {
+        tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| t.join().expect("thread")))
+            .await
+            .expect("join");
+    }
+    let cycles = (after - before).max(1) as f64;
+    Outcome {
+        rate: (after - before) as f64 / elapsed.as_secs_f64(),
+        client_us: client.as_secs_f64() * 1e6 / cycles,
+        server_us: server.as_secs_f64() * 1e6 / cycles,
+        errors: errors.count.load(Ordering::Relaxed),
+        first_error: errors.first.lock().unwrap().take(),
+    }
+}
+
+#[derive(Default)]
+struct Errors {
+    count: AtomicU64,
+    first: std::sync::Mutex<Option<String>>,
+}
+
+fn count(outcome: Result<(), String>, done: &AtomicU64, errors: &Errors) {
+    match outcome {
+        Ok(()) => {
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => {
+            errors.count.fetch_add(1, Ordering::Relaxed);
+            errors.first.lock().unwrap().get_or_insert(e);
+        }
+    }
+}
