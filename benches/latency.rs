@@ -107,45 +107,33 @@ async fn measure(nodes: &[RedisServer], s: &Settings) -> (Rounds, Rounds, Rounds
     let ttl = Duration::from_secs(10);
     let (mut raw, mut ours, mut fenced_rounds) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..s.rounds {
-        let mut samples = Vec::with_capacity(s.cycles);
-        for i in 0..s.warmup + s.cycles {
-            let started = Instant::now();
-            raw_cycle(&conns, &sha, &format!("raw:{round}:{i}")).await;
-            if i >= s.warmup {
-                samples.push(started.elapsed());
-            }
-        }
-        raw.push(percentiles(&mut samples));
-        samples.clear();
-        for i in 0..s.warmup + s.cycles {
-            let started = Instant::now();
-            let guard = redlock
-                .try_lock(format!("ql:{round}:{i}"), ttl)
-                .await
-                .unwrap()
-                .unwrap();
-            guard.release().await.unwrap();
-            if i >= s.warmup {
-                samples.push(started.elapsed());
-            }
-        }
-        ours.push(percentiles(&mut samples));
-        samples.clear();
-        for i in 0..s.warmup + s.cycles {
-            let started = Instant::now();
-            let guard = fenced
-                .try_lock(format!("qf:{round}:{i}"), ttl)
-                .await
-                .unwrap()
-                .unwrap();
-            guard.release().await.unwrap();
-            if i >= s.warmup {
-                samples.push(started.elapsed());
-            }
-        }
-        fenced_rounds.push(percentiles(&mut samples));
+        raw.push(sample(s, |i| raw_cycle(&conns, &sha, format!("raw:{round}:{i}"))).await);
+        ours.push(sample(s, |i| lock_unlock(&redlock, format!("ql:{round}:{i}"), ttl)).await);
+        fenced_rounds.push(sample(s, |i| lock_unlock(&fenced, format!("qf:{round}:{i}"), ttl)).await);
     }
     (raw, ours, fenced_rounds)
+}
+
+/// Times `warmup + cycles` runs of `cycle(i)`; p50 and p99 of the timed ones.
+async fn sample<F, Fut>(s: &Settings, mut cycle: F) -> (f64, f64)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut samples = Vec::with_capacity(s.cycles);
+    for i in 0..s.warmup + s.cycles {
+        let started = Instant::now();
+        cycle(i).await;
+        if i >= s.warmup {
+            samples.push(started.elapsed());
+        }
+    }
+    percentiles(&mut samples)
+}
+
+async fn lock_unlock(redlock: &Redlock, key: String, ttl: Duration) {
+    let guard = redlock.try_lock(key, ttl).await.unwrap().unwrap();
+    guard.release().await.unwrap();
 }
 
 /// Loads the raw release script on a node and returns its SHA1.
@@ -159,7 +147,8 @@ async fn load_release(conn: &mut MultiplexedConnection) -> String {
 }
 
 /// SET NX PX on all nodes, return at a majority; release on all nodes.
-async fn raw_cycle(conns: &[MultiplexedConnection], sha: &str, key: &str) {
+async fn raw_cycle(conns: &[MultiplexedConnection], sha: &str, key: String) {
+    let key = key.as_str();
     let token = format!("{:032x}", rand::random::<u128>());
     let quorum = conns.len() / 2 + 1;
     let mut sets: FuturesUnordered<_> = conns

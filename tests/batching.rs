@@ -113,14 +113,7 @@ async fn each_request_of_a_mixed_batch_gets_its_own_outcome() {
 async fn a_node_killed_mid_batch_fails_only_its_part_and_leaks_nothing() {
     let mut servers = start_nodes(3);
     let redlock = client(&servers);
-    redlock
-        .try_lock("warm", TTL)
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&redlock).await;
     let attempts = join_all((0..150).map(|i| redlock.try_lock(format!("burst:{i}"), TTL)));
     let kill = async {
         tokio::task::yield_now().await;

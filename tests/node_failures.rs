@@ -70,14 +70,7 @@ async fn majority_of_nodes_killed_fails_as_unreachable_not_held() {
 async fn killed_node_that_restarts_takes_part_again() {
     let mut servers = start_nodes(3);
     let redlock = client(&servers);
-    redlock
-        .try_lock("warm", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&redlock).await;
     servers[1].kill();
     servers[2].kill();
     assert!(matches!(
@@ -108,14 +101,7 @@ async fn frozen_minority_does_not_slow_a_successful_acquisition() {
     let servers = start_nodes(3);
     let timeout = Duration::from_millis(800);
     let redlock = builder(&servers).node_timeout(timeout).build().unwrap();
-    redlock
-        .try_lock("warm", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&redlock).await;
     let paused = servers[2].pause();
     let started = Instant::now();
     let guard = redlock
@@ -137,14 +123,7 @@ async fn node_slower_than_the_timeout_does_not_stall_past_it() {
     let servers = start_nodes(3);
     let timeout = Duration::from_millis(400);
     let redlock = builder(&servers).node_timeout(timeout).build().unwrap();
-    redlock
-        .try_lock("warm", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&redlock).await;
     // One node refuses, one grants, one is frozen: the outcome hangs on the
     // frozen node until its timeout, and not a moment longer.
     set_foreign(&servers[0], "slow", "other-owner", 30_000);
@@ -182,14 +161,7 @@ async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
         .node_timeout(Duration::from_millis(300))
         .build()
         .unwrap();
-    redlock
-        .try_lock("warm", Duration::from_secs(5))
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&redlock).await;
     set_foreign(&servers[0], "late", "other-owner", 30_000);
     let (sets, evals) = (calls(&servers[1], "set"), calls(&servers[1], "eval"));
     let paused = servers[1].pause();
@@ -232,14 +204,7 @@ async fn validity_used_up_is_reported_as_such_and_releases() {
         .min_validity(Duration::from_millis(1900))
         .build()
         .unwrap();
-    redlock
-        .try_lock("warm", ttl)
-        .await
-        .unwrap()
-        .unwrap()
-        .release()
-        .await
-        .unwrap();
+    warm_up(&redlock).await;
     // Two nodes answer only after 300 ms: a majority is reached, but too late
     // to leave the 1.9 s of validity the caller asked for.
     let frozen = [servers[0].pause(), servers[1].pause()];

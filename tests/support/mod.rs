@@ -115,3 +115,14 @@ pub async fn all_empty(servers: &[RedisServer], limit: Duration) {
     })
     .await;
 }
+
+/// Takes and releases a throwaway lock, so that `redlock` has its
+/// connections to every node before a test freezes or breaks one.
+pub async fn warm_up(redlock: &Redlock) {
+    let guard = redlock
+        .try_lock("warm", Duration::from_secs(5))
+        .await
+        .expect("healthy nodes")
+        .expect("nothing holds the warm-up key");
+    guard.release().await.expect("release");
+}
