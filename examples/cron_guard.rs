@@ -2,9 +2,12 @@
 //!
 //! Three instances of a service (three containers, each with its own
 //! client) are scheduled to archive old conversations at 03:00. They all
-//! fire at the same moment; each tries the lock once (`try_lock`), one wins
-//! and archives, the others skip that night. The example runs several
-//! "nights" and asserts that exactly one instance archived each time.
+//! fire at the same moment and take the lock (`lock`, waiting briefly: when
+//! three contenders each win one of three nodes, nobody has a majority and
+//! all must retry). Under the lock an instance archives only if that night's
+//! archive is not done yet, so exactly one archives and the others skip. The
+//! example runs several "nights" and asserts that exactly one instance
+//! archived each time.
 //!
 //! A lock excludes runs that overlap in time. An instance whose schedule
 //! fires after the job has already finished (clocks a minute apart, a job of
@@ -44,24 +47,31 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let (urls, _local) = nodes()?;
     println!("{INSTANCES} instances, nodes: {}", urls.join(" "));
     let instances = (0..INSTANCES)
-        .map(|_| Redlock::builder().nodes(urls.clone()).build())
+        .map(|_| {
+            Redlock::builder()
+                .nodes(urls.clone())
+                .retry_delay(Duration::from_millis(20))
+                .wait(Duration::from_secs(5))
+                .build()
+        })
         .collect::<Result<Vec<_>, _>>()?;
+    // The job's own record of what it archived (a table in the real job).
+    let archived = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
 
     for night in 1..=nights {
         // Cron fires on every instance at the same moment.
         let start = Arc::new(Barrier::new(INSTANCES));
         let runs = instances.iter().enumerate().map(|(i, redlock)| {
-            let (redlock, start) = (redlock.clone(), Arc::clone(&start));
+            let (redlock, start, archived) = (redlock.clone(), Arc::clone(&start), Arc::clone(&archived));
             tokio::spawn(async move {
                 start.wait().await;
-                match redlock.try_lock("cron:archive-old-conversations", TTL).await? {
-                    Some(guard) => {
-                        archive_old_conversations(night).await;
-                        guard.release().await?;
-                        Ok::<_, quorumlock::Error>(Some(i))
-                    }
-                    None => Ok(None),
+                let guard = redlock.lock("cron:archive-old-conversations", TTL).await?;
+                let first = archived.lock().unwrap().insert(night);
+                if first {
+                    archive_old_conversations(night).await;
                 }
+                guard.release().await?;
+                Ok::<_, quorumlock::Error>(first.then_some(i))
             })
         });
         let mut archived_by = Vec::new();
