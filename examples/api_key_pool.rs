@@ -63,7 +63,7 @@ struct Stats {
 async fn main() -> Result<(), Box<dyn Error>> {
     let short = std::env::args().any(|a| a == "--short");
     let jobs_per_worker = if short { 3 } else { 10 };
-    let (urls, _local) = nodes()?;
+    let (urls, _local) = server::nodes_from_env_or_local(3)?;
     println!("nodes: {}", urls.join(" "));
     let keys: Arc<[String]> = (0..KEYS).map(|i| format!("llm-api-key:{i}")).collect();
     let stats = Arc::new(Stats::default());
@@ -120,22 +120,4 @@ async fn call_llm(stats: &Stats, key: usize) {
     tokio::time::sleep(Duration::from_millis(20 + rand::random::<u64>() % 30)).await;
     stats.concurrent.fetch_sub(1, Ordering::SeqCst);
     stats.in_use[key].fetch_sub(1, Ordering::SeqCst);
-}
-
-/// Nodes from `QUORUMLOCK_NODES`, or three local redis-server nodes started
-/// here (stopped when the returned servers are dropped).
-fn nodes() -> Result<(Vec<String>, Vec<server::RedisServer>), Box<dyn Error>> {
-    let given: Vec<String> = std::env::var("QUORUMLOCK_NODES")
-        .unwrap_or_default()
-        .split(',')
-        .map(|u| u.trim().to_owned())
-        .filter(|u| !u.is_empty())
-        .collect();
-    if !given.is_empty() {
-        return Ok((given, Vec::new()));
-    }
-    let servers = (0..3)
-        .map(|_| server::RedisServer::try_start(server::Persistence::AofAlways, &[]))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((servers.iter().map(server::RedisServer::url).collect(), servers))
 }

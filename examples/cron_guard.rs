@@ -44,7 +44,7 @@ const INSTANCES: usize = 3;
 async fn main() -> Result<(), Box<dyn Error>> {
     let short = std::env::args().any(|a| a == "--short");
     let nights = if short { 3 } else { 10 };
-    let (urls, _local) = nodes()?;
+    let (urls, _local) = server::nodes_from_env_or_local(3)?;
     println!("{INSTANCES} instances, nodes: {}", urls.join(" "));
     let instances = (0..INSTANCES)
         .map(|_| {
@@ -94,22 +94,4 @@ async fn main() -> Result<(), Box<dyn Error>> {
 /// Stands for the real job (moving old rows to cold storage).
 async fn archive_old_conversations(_night: u32) {
     tokio::time::sleep(JOB).await;
-}
-
-/// Nodes from `QUORUMLOCK_NODES`, or three local redis-server nodes started
-/// here (stopped when the returned servers are dropped).
-fn nodes() -> Result<(Vec<String>, Vec<server::RedisServer>), Box<dyn Error>> {
-    let given: Vec<String> = std::env::var("QUORUMLOCK_NODES")
-        .unwrap_or_default()
-        .split(',')
-        .map(|u| u.trim().to_owned())
-        .filter(|u| !u.is_empty())
-        .collect();
-    if !given.is_empty() {
-        return Ok((given, Vec::new()));
-    }
-    let servers = (0..3)
-        .map(|_| server::RedisServer::try_start(server::Persistence::AofAlways, &[]))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((servers.iter().map(server::RedisServer::url).collect(), servers))
 }

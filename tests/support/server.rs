@@ -348,6 +348,25 @@ pub fn start_nodes(n: usize) -> Vec<RedisServer> {
     (0..n).map(|_| RedisServer::start()).collect()
 }
 
+/// Nodes from `QUORUMLOCK_NODES` (comma separated), or `n` local servers
+/// with AOF persistence started here (stopped when the returned servers are
+/// dropped). For the examples and the demo.
+pub fn nodes_from_env_or_local(n: usize) -> io::Result<(Vec<String>, Vec<RedisServer>)> {
+    let given: Vec<String> = std::env::var("QUORUMLOCK_NODES")
+        .unwrap_or_default()
+        .split(',')
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty())
+        .collect();
+    if !given.is_empty() {
+        return Ok((given, Vec::new()));
+    }
+    let servers = (0..n)
+        .map(|_| RedisServer::try_start(Persistence::AofAlways, &[]))
+        .collect::<io::Result<Vec<_>>>()?;
+    Ok((servers.iter().map(RedisServer::url).collect(), servers))
+}
+
 /// The URLs of `servers`.
 pub fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(RedisServer::url).collect()
