@@ -68,7 +68,9 @@ impl fmt::Debug for Guard {
 pub struct ReleaseReport {
     /// Nodes configured.
     pub nodes: usize,
-    /// Nodes that answered: our token is no longer there.
+    /// Nodes that answered before the release returned: our token is no
+    /// longer there. At least a majority; the other nodes' deletes complete
+    /// in the background.
     pub confirmed: usize,
     /// Of those, nodes where our token was still present and was deleted
     /// (the others had already expired or lost it).
@@ -194,6 +196,15 @@ impl Guard {
     /// Stops renewal and deletes the lock's keys on every node,
     /// owner-checked, concurrently.
     ///
+    /// Returns as soon as a majority of nodes confirmed that they hold
+    /// nothing of ours (deleted, or already gone): from then on no majority
+    /// holds the lock, so others can take it. The nodes still to answer get
+    /// their delete all the same; it was handed to their connections before
+    /// this returns and completes in the background (bounded by the ttl,
+    /// after which the keys expire anyway), so a slow or dead node never adds
+    /// its latency to a release. The report counts the answers received by
+    /// the time it returns.
+    ///
     /// # Errors
     ///
     /// [`Error::Unreachable`] when fewer than a majority of nodes answered:
@@ -204,7 +215,16 @@ impl Guard {
         let config = &self.redlock.config;
         let deadline = Instant::now() + config.node_timeout;
         let held = &self.held;
-        let tally = release_all(config, &held.resources, &held.token, held.ttl(), deadline, &[]).await;
+        let tally = release_all(
+            config,
+            &held.resources,
+            &held.token,
+            held.ttl(),
+            deadline,
+            Until::Answered,
+            &[],
+        )
+        .await;
         tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
         let report = ReleaseReport {
             nodes: tally.nodes,
@@ -251,19 +271,29 @@ impl Drop for Guard {
             let (config, held) = (Arc::clone(&self.redlock.config), Arc::clone(&self.held));
             runtime.spawn(async move {
                 let deadline = Instant::now() + config.node_timeout;
-                release_all(&config, &held.resources, &held.token, held.ttl(), deadline, &[]).await;
+                release_all(
+                    &config,
+                    &held.resources,
+                    &held.token,
+                    held.ttl(),
+                    deadline,
+                    Until::All,
+                    &[],
+                )
+                .await;
             });
         }
     }
 }
 
 /// Owner-checked delete of `resources` on every node, waiting for answers
-/// until `deadline`. `ok` counts nodes where our token was deleted, `refused`
-/// nodes where it was already gone.
+/// until `deadline` or the point `until` names. `ok` counts nodes where our
+/// token was deleted, `refused` nodes where it was already gone.
 ///
-/// A node that has not answered by the deadline keeps its release going in
-/// the background for up to `ttl` (after which the key has expired anyway),
-/// so that it still runs behind a late SET of ours queued on that node.
+/// A node that has not answered when this returns keeps its release going
+/// in the background for up to `ttl` (after which the key has expired
+/// anyway), so that it still runs behind a late SET of ours queued on that
+/// node.
 /// Nodes listed in `skip` (they refused our SET: it set nothing there) are
 /// counted as refused without a request.
 pub(crate) async fn release_all(
@@ -272,10 +302,11 @@ pub(crate) async fn release_all(
     token: &Arc<str>,
     ttl: Duration,
     deadline: Instant,
+    until: Until,
     skip: &[usize],
 ) -> Tally {
     let finish_by = deadline.max(Instant::now() + ttl);
-    quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
+    quorum::fan_out(&config.nodes, deadline, finish_by, until, |i| {
         let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
         let skipped = skip.contains(&i);
         async move {

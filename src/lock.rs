@@ -351,12 +351,23 @@ impl Redlock {
             tally.unreachable()
         };
         tracing::debug!(resources = ?keys, elapsed = ?start.elapsed(), error = %failure, "lock attempt failed");
-        // Every node gets the release, within what is left of this attempt's
-        // budget: a node that has not answered yet still gets it queued
-        // behind its SET on the same connection (so it runs after the SET),
-        // and a hung node cannot hold the caller past the per-node timeout.
-        // Nodes that refused our SET hold nothing of ours and are skipped.
-        release_all(&self.config, resources, &token, ttl, deadline, &refused_by).await;
+        // Every node gets the release: a node that has not answered yet
+        // still gets it queued behind its SET on the same connection (so it
+        // runs after the SET). The caller waits until a majority confirmed
+        // (then no majority holds anything of ours), within what is left of
+        // this attempt's budget, so a hung node cannot hold it past the
+        // per-node timeout; the rest completes in the background. Nodes that
+        // refused our SET hold nothing of ours and are skipped.
+        release_all(
+            &self.config,
+            resources,
+            &token,
+            ttl,
+            deadline,
+            Until::Answered,
+            &refused_by,
+        )
+        .await;
         Err(failure)
     }
 }

@@ -401,8 +401,12 @@ impl Conn {
         let mut reply: PendingReply<R> = Box::pin(request(conn));
         // The first poll hands the command to the connection's writer
         // queue (or takes a place in its fair wait for room): this fixes
-        // its position before the next request may go.
-        let reply = match futures::poll!(reply.as_mut()) {
+        // its position before the next request may go. Unconstrained by
+        // Tokio's cooperative budget: with the task's budget used up, the
+        // channel send inside would answer "not yet" after taking its
+        // permit but before queueing the command, and a request let in
+        // after us could overtake it.
+        let reply = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
             Poll::Ready(result) => Ok(result),
             Poll::Pending => Err(reply),
         };

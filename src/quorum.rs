@@ -5,6 +5,7 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -31,7 +32,15 @@ pub(crate) enum Until {
     /// refused or failed that a majority can no longer be reached. The
     /// requests still in flight are not cancelled on the server.
     Decided,
-    /// Every node answered or timed out (release: tell every node).
+    /// A majority answered, whatever the answer, or so many failed that a
+    /// majority can no longer answer. For release, where "deleted" and
+    /// "already gone" both confirm that the node holds nothing of ours: the
+    /// lock is free for others once a majority confirmed, and waiting for the
+    /// slowest (or a dead) node would only add its latency (up to the node
+    /// timeout) to every release. The remaining requests still run, in the
+    /// background (see [`gather`]).
+    Answered,
+    /// Every node answered or timed out.
     All,
 }
 
@@ -68,6 +77,10 @@ impl Tally {
 
     fn decided(&self) -> bool {
         self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
+    }
+
+    fn answered(&self) -> bool {
+        self.ok + self.refused >= self.quorum() || self.errors.len() > self.nodes - self.quorum()
     }
 
     pub(crate) fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
@@ -119,16 +132,34 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
-    let mut pending: FuturesUnordered<_> = (0..nodes.len())
-        .map(|i| {
-            let request = op(i);
-            async move { (i, request.await) }
-        })
-        .collect();
+    // Every request gets its first poll here, in node order, before any
+    // reply is counted: the first poll is what hands a request over to its
+    // node's connection (see `Node`), and a request never polled before we
+    // stop early would lose its place to a later request of ours, such as
+    // the release meant to undo it. (`FuturesUnordered` alone stops polling
+    // the rest as soon as one request completes.) Boxed, so that only a
+    // pointer moves into the set.
+    let mut pending = FuturesUnordered::new();
+    let mut first = Vec::new();
+    for i in 0..nodes.len() {
+        let mut request = Box::pin(op(i));
+        match futures::poll!(request.as_mut()) {
+            Poll::Ready(outcome) => first.push((i, outcome)),
+            Poll::Pending => pending.push(async move { (i, request.await) }),
+        }
+    }
     let mut answered = vec![false; nodes.len()];
+    let mut stopped = false;
+    for (i, outcome) in first {
+        answered[i] = true;
+        if on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break() {
+            stopped = true;
+            break;
+        }
+    }
     let timer = tokio::time::sleep_until(deadline);
     tokio::pin!(timer);
-    loop {
+    while !stopped {
         let (i, outcome) = tokio::select! {
             biased;
             next = pending.next() => match next {
@@ -146,9 +177,7 @@ pub(crate) async fn gather<T, F, Fut>(
             }
         };
         answered[i] = true;
-        if on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break() {
-            break;
-        }
+        stopped = on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break();
     }
     if !pending.is_empty() {
         // One timer bounds all the leftovers (not one per request: this is
@@ -177,7 +206,7 @@ impl Answer for Acked<bool> {
 }
 
 /// [`gather`] for yes/no operations (acquire, extend, release), counted into
-/// a [`Tally`]; with [`Until::Decided`] it stops once the outcome is certain.
+/// a [`Tally`], until the point `until` names.
 pub(crate) async fn fan_out<A, F, Fut>(
     nodes: &[Node],
     deadline: Instant,
@@ -203,7 +232,12 @@ where
             }
             Err(kind) => tally.fail(&nodes[i], kind),
         }
-        if until == Until::Decided && tally.decided() {
+        let done = match until {
+            Until::Decided => tally.decided(),
+            Until::Answered => tally.answered(),
+            Until::All => false,
+        };
+        if done {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())

@@ -28,7 +28,7 @@ use crate::guard::release_all;
 use crate::lock::Resources;
 use crate::node::RenewItem;
 use crate::options::LockOptions;
-use crate::quorum;
+use crate::quorum::{self, Until};
 
 /// A lock is renewed every `ttl / RENEW_DIVISOR`.
 ///
@@ -401,7 +401,16 @@ fn lose(config: &Arc<Config>, held: &Arc<Held>, reason: &'static str) {
     let (config, held) = (Arc::clone(config), Arc::clone(held));
     tokio::spawn(async move {
         let deadline = Instant::now() + config.node_timeout;
-        release_all(&config, &held.resources, &held.token, held.ttl(), deadline, &[]).await;
+        release_all(
+            &config,
+            &held.resources,
+            &held.token,
+            held.ttl(),
+            deadline,
+            Until::All,
+            &[],
+        )
+        .await;
     });
 }
 

@@ -37,6 +37,9 @@ async fn burst(redlock: &Redlock, servers: &[RedisServer], tasks: usize, rounds:
         }
     });
     join_all(work).await;
+    // A release returns at a majority; the last node's deletes may still be
+    // on their way.
+    all_empty(servers, Duration::from_secs(5)).await;
     servers
         .iter()
         .zip(before)
@@ -60,8 +63,7 @@ async fn concurrent_requests_on_distinct_keys_share_script_calls() {
     .await;
     let batched = burst(&client(&servers), &servers, tasks, rounds).await;
     println!("{requests} requests per node: script calls unbatched {plain:?}, batched {batched:?}");
-    for ((server, plain), batched) in servers.iter().zip(plain).zip(batched) {
-        assert_eq!(dbsize(server), 0, "every lock was released");
+    for (plain, batched) in plain.into_iter().zip(batched) {
         assert_eq!(plain, requests / 2, "unbatched: one release script per lock");
         assert!(
             batched * 4 < requests,
@@ -104,8 +106,15 @@ async fn each_request_of_a_mixed_batch_gets_its_own_outcome() {
         assert_eq!(server.command(&["TYPE", "a-list"]).unwrap(), "+list\r\n");
     }
     join_all(guards.into_iter().map(|g| g.release())).await;
+    // A release returns at a majority; the rest completes in the background.
+    eventually(
+        "only the other owners' keys are left",
+        Duration::from_secs(5),
+        || servers.iter().all(|s| dbsize(s) == 3),
+    )
+    .await;
     for server in &servers {
-        assert_eq!(dbsize(server), 3, "only the other owners' keys are left");
+        assert_eq!(get(server, "taken:1").as_deref(), Some("other-owner"));
     }
 }
 
@@ -126,7 +135,7 @@ async fn a_node_killed_mid_batch_fails_only_its_part_and_leaks_nothing() {
         .map(|o| o.expect("a majority is alive").expect("free key"))
         .collect();
     join_all(guards.into_iter().map(|g| g.release())).await;
-    for server in &servers[1..] {
-        assert_eq!(dbsize(server), 0, "no key leaked on the surviving nodes");
-    }
+    // No key leaked on the surviving nodes (the last deletes may still be on
+    // their way when the releases return at a majority).
+    all_empty(&servers[1..], Duration::from_secs(5)).await;
 }

@@ -53,7 +53,7 @@ fn try_lock_excludes_another_client_until_released() {
     assert!(holders >= 2, "a majority holds our token: {holders}");
     assert!(b.try_lock("blocking:excl", ttl).unwrap().is_none(), "held by a");
     let report = guard.release().unwrap();
-    assert_eq!(report.deleted, 3);
+    assert!(report.deleted >= 2, "a majority deleted our key: {report:?}");
     b.try_lock("blocking:excl", ttl)
         .unwrap()
         .expect("free again")
@@ -93,7 +93,11 @@ fn the_watchdog_renews_while_the_callers_thread_is_busy() {
         })
         .unwrap();
     assert_eq!(value, "done");
-    assert!(nodes.iter().all(|n| dbsize(n) == 0), "released after the work");
+    // The release returned at a majority; the last node follows.
+    assert!(
+        eventually(Duration::from_secs(5), || nodes.iter().all(|n| dbsize(n) == 0)),
+        "released after the work"
+    );
 }
 
 #[test]
@@ -129,9 +133,14 @@ fn dropping_a_guard_releases_the_lock() {
         "released at the end of its scope"
     );
     drop(guard);
-    for node in &nodes {
-        assert_eq!(dbsize(node), 0, "the drop released the keys before returning");
-    }
+    // The drop returns once a majority confirmed the release: no majority
+    // holds the lock any more. The last node follows in the background.
+    let released = nodes.iter().filter(|n| dbsize(n) == 0).count();
+    assert!(released >= 2, "the drop released a majority before returning");
+    assert!(
+        eventually(Duration::from_secs(5), || nodes.iter().all(|n| dbsize(n) == 0)),
+        "every node released"
+    );
 }
 
 #[test]

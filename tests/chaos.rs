@@ -489,10 +489,15 @@ async fn broken_node_is_a_failed_node(misbehaviour: Misbehaviour, scenario: &str
             assert_eq!(get(server, "bad-input").as_deref(), Some(guard.token()));
         }
         let released = guard.release().await.expect("2 real nodes confirm the release");
-        assert!(released.deleted >= 2, "round {round}: {released:?}");
-        for server in &real {
-            assert_eq!(dbsize(server), 0, "round {round}: released on the real nodes");
-        }
+        assert!(released.confirmed >= 2, "round {round}: {released:?}");
+        // Released on the real nodes (the release returns at a majority of
+        // answers, which may include the fake's; the rest follows).
+        eventually(
+            &format!("round {round}: released on the real nodes"),
+            Duration::from_secs(5),
+            || real.iter().all(|s| dbsize(s) == 0),
+        )
+        .await;
     }
 
     let one_real = Redlock::builder()

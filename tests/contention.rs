@@ -36,17 +36,22 @@ async fn two_clients_contend_and_exactly_one_wins() {
             held >= 3,
             "round {round}: the winner holds a majority: {values:?}"
         );
-        assert!(
-            values
-                .iter()
-                .all(|v| v.is_none() || v.as_deref() == Some(winner.token())),
-            "round {round}: the loser released what it got: {values:?}"
-        );
+        // The loser's attempt returned once a majority refused it; its
+        // deletes on the nodes it won follow.
+        eventually(
+            &format!("round {round}: the loser released what it got"),
+            Duration::from_secs(5),
+            || {
+                servers
+                    .iter()
+                    .all(|s| get(s, &resource).is_none_or(|v| v == winner.token()))
+            },
+        )
+        .await;
         winner.release().await.unwrap();
     }
-    for server in &servers {
-        assert_eq!(dbsize(server), 0, "losers left no key behind");
-    }
+    // Losers left no key behind (the last deletes may still be on their way).
+    all_empty(&servers, Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -179,7 +184,11 @@ async fn a_late_holder_cannot_release_or_extend_the_next_owners_lock() {
         );
     }
     let report = stale.release().await.expect("nodes answered");
-    assert_eq!((report.confirmed, report.deleted), (3, 0));
+    assert!(report.confirmed >= 2, "a majority answered: {report:?}");
+    assert_eq!(
+        report.deleted, 0,
+        "nothing of the stale holder's was left to delete"
+    );
     for server in &holding {
         assert_eq!(get(server, "invoice:42").as_deref(), Some(current.token()));
     }
@@ -215,7 +224,13 @@ async fn extend_is_refused_on_nodes_where_another_token_sits() {
         assert!(pttl(server, "seat:7") <= 10_000);
     }
     let report = guard.release().await.unwrap();
-    assert_eq!(report.deleted, 1, "only our own key is deleted");
+    assert!(report.deleted <= 1, "only our own key can be deleted: {report:?}");
+    eventually(
+        "our key on the third node is deleted",
+        Duration::from_secs(5),
+        || get(&servers[2], "seat:7").is_none(),
+    )
+    .await;
     for server in &servers[..2] {
         assert_eq!(get(server, "seat:7").as_deref(), Some("someone-else"));
     }
@@ -235,9 +250,9 @@ async fn failed_attempt_leaves_no_key_on_any_node() {
             .unwrap()
             .is_none()
     );
-    for server in &servers[3..] {
-        assert_eq!(dbsize(server), 0, "the granted nodes were released");
-    }
+    // The granted nodes are released: the attempt returns once a majority
+    // answered (here at once: three refusals), the deletes follow.
+    all_empty(&servers[3..], Duration::from_secs(5)).await;
     for server in &servers[..3] {
         assert_eq!(get(server, "pdf:500").as_deref(), Some("other-owner"));
     }

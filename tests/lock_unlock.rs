@@ -40,12 +40,17 @@ async fn lock_and_unlock_on(n: usize) {
     assert!(holders >= redlock.quorum());
 
     // Each release travels behind that node's SET on the same connection, so
-    // every node must report our key deleted: the lock was set on all of them.
+    // every node that answers reports our key deleted (the lock was set on
+    // all of them). The call returns once a majority confirmed; the other
+    // nodes' deletes complete in the background and leave every node empty.
     let report = guard.release().await.expect("release");
-    assert_eq!((report.nodes, report.confirmed, report.deleted), (n, n, n));
-    for server in &servers {
-        assert_eq!(dbsize(server), 0);
-    }
+    assert_eq!(report.nodes, n);
+    assert!(report.confirmed >= redlock.quorum(), "{report:?}");
+    assert_eq!(
+        report.deleted, report.confirmed,
+        "every answering node held our key"
+    );
+    all_empty(&servers, Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
@@ -134,17 +139,18 @@ async fn multi_resource_lock_is_all_or_nothing_on_each_node() {
         .expect("disjoint");
     disjoint.release().await.unwrap();
     guard.release().await.unwrap();
-    for server in &servers[1..] {
-        assert_eq!(dbsize(server), 0);
-    }
+    all_empty(&servers[1..], Duration::from_secs(5)).await;
     assert_eq!(get(&servers[0], "b").as_deref(), Some("other-owner"));
 
     // With "b" taken on a majority, [a, b] fails and leaves no "a" anywhere.
     set_foreign(&servers[1], "b", "other-owner", 10_000);
     assert!(redlock.try_lock(["a", "b"], ttl).await.unwrap().is_none());
-    for server in &servers {
-        assert_eq!(get(server, "a"), None);
-    }
+    // The failed attempt returns once a majority refused; its delete of "a"
+    // on the node that granted follows.
+    eventually("no \"a\" is left anywhere", Duration::from_secs(5), || {
+        servers.iter().all(|s| get(s, "a").is_none())
+    })
+    .await;
 }
 
 #[tokio::test]

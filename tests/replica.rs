@@ -119,7 +119,7 @@ async fn wait_mode_acquires_and_the_key_is_on_the_replica() {
     );
     guard.release().await.unwrap();
     multi.release().await.unwrap();
-    assert_eq!(dbsize(&master), 0);
+    assert_eq!(dbsize(&master), 0, "one node: the release waited for it");
 }
 
 #[tokio::test]
