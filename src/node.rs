@@ -389,10 +389,14 @@ impl Conn {
         let (generation, conn) = match &*slot {
             Some((generation, conn)) => (*generation, conn.clone()),
             None => {
-                let conn = self
-                    .client
-                    .get_multiplexed_async_connection_with_config(&self.config)
-                    .await?;
+                // Boxed: the connect future is large (about 2 KB) and, kept
+                // inline, would be part of every request's future, which is
+                // built and moved on every lock operation.
+                let conn = Box::pin(
+                    self.client
+                        .get_multiplexed_async_connection_with_config(&self.config),
+                )
+                .await?;
                 let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
                 *slot = Some((generation, conn.clone()));
                 (generation, conn)
