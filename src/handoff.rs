@@ -1,29 +1,42 @@
 //! Fast hand-off: waiters are woken by release notifications instead of
 //! polling alone.
 //!
-//! The release script publishes our token on `quorumlock:released:<resource>`
-//! on every node where it deleted the key. A client keeps at most one pub/sub
+//! The release script publishes on `quorumlock:released:<resource>` on every
+//! node where it deleted the key. A client keeps at most one pub/sub
 //! connection per node (opened on the first wait, kept while the client
 //! lives, re-established and resubscribed after the node drops it), shared by
 //! all its waiters, with reference-counted channel subscriptions: nothing per
 //! waiter, and a channel is unsubscribed as soon as its last waiter is gone.
 //!
-//! One release arrives once per node that held the key; the messages carry
-//! the released token, so they are folded into one wake-up, which goes to one
-//! local waiter (first come, first served): the other waiters of this process
-//! would only lose the race to it. Waiters in other processes get their own
-//! message. Polling with a capped, jittered backoff stays underneath, for
-//! releases by other libraries (no message), expiry of a crashed holder's
-//! key, and lost messages.
+//! Every subscriber hears every release, so waking every waiting process
+//! would make them all retry at once and all but one lose (a herd: with 16
+//! waiting processes, 15 failed attempts per hand-off). So waiters also
+//! queue on the nodes, per resource, in the order they started waiting (see
+//! `scripts::REGISTER`), and the release names the head of the queue in its
+//! message (`scripts::announce_lua!`): only that waiter retries at once,
+//! wherever it runs, and waiters are served first come, first served. The
+//! same release heard from several nodes is folded into one wake-up. A
+//! named waiter that loses the race (to a caller that did not queue) takes
+//! its old place again. A message that names no one (no queue on that node)
+//! wakes one local waiter.
+//!
+//! Polling with a capped, jittered backoff stays underneath, for releases by
+//! other libraries (no message), expiry of a crashed holder's key, lost
+//! messages, and a queue head that is gone (a waiter that died without
+//! leaving the queue is skipped by the next release, or expires with its
+//! deadline).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::time::Instant;
 
 use crate::node::Node;
+use crate::quorum;
+use crate::scripts;
 
 /// Pause before reconnecting a dropped pub/sub connection; a node that is
 /// down is retried at this pace (waiters keep polling meanwhile).
@@ -35,9 +48,29 @@ const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(100);
 /// that node (they keep polling meanwhile).
 const PUBSUB_PING: Duration = Duration::from_secs(1);
 
+/// How much longer than its waiter a queue entry lives: covers the clock
+/// difference between the client, which sets an entry's deadline, and the
+/// node, which drops entries past it. An entry that outlives its waiter
+/// costs at most one hand-off that falls back to polling.
+const QUEUE_MARGIN: Duration = Duration::from_secs(1);
+
 /// The pub/sub channel announcing releases of `resource`.
 pub(crate) fn channel(resource: &str) -> String {
     format!("quorumlock:released:{resource}")
+}
+
+/// The queue of waiters for `resource` (a sorted set on each node).
+pub(crate) fn queue(resource: &str) -> String {
+    format!("quorumlock:waiters:{resource}")
+}
+
+/// What woke a waiter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release that named this waiter: it was taken off the queue.
+    Named,
+    /// A release that named no one (no queue on that node).
+    Any,
 }
 
 /// Per-client hand-off state, shared by all waiters.
@@ -56,9 +89,12 @@ struct Shared {
 #[derive(Debug)]
 struct Channel {
     waiters: usize,
+    /// Wakes one local waiter for a message that names no one.
     notify: Arc<Notify>,
-    /// The token of the last release seen, to fold one release's messages
-    /// from several nodes into one wake-up.
+    /// This client's waiters on the channel, by queue member.
+    named: HashMap<String, Arc<Notify>>,
+    /// The last message seen, to fold one release's messages from several
+    /// nodes into one wake-up.
     last: Vec<u8>,
 }
 
@@ -73,42 +109,138 @@ impl Shared {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn deliver(&self, channel: &str, token: &[u8]) {
-        if let Some(entry) = self.channels().get_mut(channel)
-            && entry.last != token
-        {
-            entry.last = token.to_vec();
-            entry.notify.notify_one();
+    /// A release message: `<token>` or `<token> <member>` (see
+    /// `scripts::announce_lua!`).
+    fn deliver(&self, channel: &str, message: &[u8]) {
+        let mut channels = self.channels();
+        let Some(entry) = channels.get_mut(channel) else {
+            return;
+        };
+        if entry.last == message {
+            return;
+        }
+        entry.last = message.to_vec();
+        match message.iter().position(|&b| b == b' ') {
+            // Named: wake that waiter if it is one of ours; the others go on
+            // waiting for their turn.
+            Some(at) => {
+                let member = std::str::from_utf8(&message[at + 1..]).ok();
+                if let Some(notify) = member.and_then(|m| entry.named.get(m)) {
+                    notify.notify_one();
+                }
+            }
+            None => entry.notify.notify_one(),
         }
     }
 }
 
-/// A waiter's subscription to the release channels of its resources; ends
-/// (and unsubscribes when it was the last) on drop.
+/// A waiter's subscription to the release channels of its resources and its
+/// place in their queues; ends (unsubscribing when it was the last, and
+/// leaving the queues) on drop.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     handoff: Weak<Shared>,
     senders: Vec<mpsc::UnboundedSender<Command>>,
     channels: Vec<String>,
     notifies: Vec<Arc<Notify>>,
+    nodes: Arc<[Node]>,
+    /// This waiter's queue keys, place and member.
+    queues: Arc<[String]>,
+    place: u64,
+    member: Arc<str>,
+    /// Until when the queue entry is kept (the waiter's deadline plus
+    /// [`QUEUE_MARGIN`]).
+    until: Instant,
+    /// Woken by releases that name this waiter.
+    mine: Arc<Notify>,
+    /// Registered on the nodes and not known to be off every queue.
+    queued: bool,
 }
 
 impl Subscription {
-    /// Completes on a release of any of the resources (one waiter per release).
-    pub(crate) async fn released(&self) {
-        let waits = self.notifies.iter().map(|n| Box::pin(n.notified()));
-        futures::future::select_all(waits).await;
+    /// Completes on a release of any of the resources that names this
+    /// waiter, or names no one.
+    pub(crate) async fn released(&self) -> Wake {
+        let anyone = self.notifies.iter().map(|n| Box::pin(n.notified()));
+        tokio::select! {
+            biased;
+            () = self.mine.notified() => Wake::Named,
+            _ = futures::future::select_all(anyone) => Wake::Any,
+        }
+    }
+
+    /// Joins the resources' queues on every node, or takes the old place
+    /// again after a named wake-up lost the race. Does not wait for the
+    /// nodes' replies: the registration is handed to each node's connection
+    /// before this returns, so it runs before this waiter's next attempt.
+    pub(crate) async fn register(&mut self) {
+        let now = Instant::now();
+        if now >= self.until {
+            return;
+        }
+        let ttl_ms = (self.until - now).as_millis().max(1).to_string();
+        let (nodes, queues, member, place) = (
+            Arc::clone(&self.nodes),
+            Arc::clone(&self.queues),
+            Arc::clone(&self.member),
+            self.place.to_string(),
+        );
+        quorum::send_all(self.nodes.len(), self.until, |i| {
+            let (nodes, queues, member, place, ttl_ms) = (
+                Arc::clone(&nodes),
+                Arc::clone(&queues),
+                Arc::clone(&member),
+                place.clone(),
+                ttl_ms.clone(),
+            );
+            async move {
+                let mut cmd = scripts::eval(scripts::REGISTER, &queues);
+                cmd.arg(place).arg(&*member).arg(ttl_ms);
+                nodes[i].send::<redis::Value>(cmd).await
+            }
+        })
+        .await;
+        self.queued = true;
+    }
+
+    /// The lock was taken after a release named this waiter: the releases
+    /// that named it took it off those queues, so there is nothing to leave.
+    pub(crate) fn served(&mut self) {
+        self.queued = false;
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if self.queued
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (nodes, queues, member, until) = (
+                Arc::clone(&self.nodes),
+                Arc::clone(&self.queues),
+                Arc::clone(&self.member),
+                self.until,
+            );
+            runtime.spawn(async move {
+                quorum::send_all(nodes.len(), until, |i| {
+                    let (nodes, queues, member) =
+                        (Arc::clone(&nodes), Arc::clone(&queues), Arc::clone(&member));
+                    async move {
+                        let mut cmd = scripts::eval(scripts::UNREGISTER, &queues);
+                        cmd.arg(&*member);
+                        nodes[i].send::<redis::Value>(cmd).await
+                    }
+                })
+                .await;
+            });
+        }
         let Some(shared) = self.handoff.upgrade() else {
             return;
         };
         let mut channels = shared.channels();
         for name in &self.channels {
             let last = channels.get_mut(name).is_some_and(|c| {
+                c.named.remove(&*self.member);
                 c.waiters -= 1;
                 c.waiters == 0
             });
@@ -125,15 +257,23 @@ impl Drop for Subscription {
 impl Handoff {
     /// Subscribes to the release channels of `resources` on every node and
     /// waits (up to `timeout`) until the nodes confirmed, so that a release
-    /// after this returns is not missed.
+    /// after this returns is not missed. The waiter is not queued yet (see
+    /// [`Subscription::register`]); its queue entries last until `wait_until`
+    /// plus a margin.
     pub(crate) async fn subscribe(
         &self,
         nodes: &Arc<[Node]>,
         resources: &[String],
         timeout: Duration,
+        wait_until: Instant,
     ) -> Subscription {
         let senders = self.senders(nodes);
         let names: Vec<String> = resources.iter().map(|r| channel(r)).collect();
+        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let until = wait_until + QUEUE_MARGIN;
+        let deadline_ms = (since_epoch + until.saturating_duration_since(Instant::now())).as_millis();
+        let member: Arc<str> = format!("{deadline_ms}:{:016x}", rand::random::<u64>()).into();
+        let mine = Arc::new(Notify::new());
         let mut notifies = Vec::new();
         let mut confirmations = Vec::new();
         {
@@ -142,9 +282,11 @@ impl Handoff {
                 let entry = channels.entry(name.clone()).or_insert_with(|| Channel {
                     waiters: 0,
                     notify: Arc::new(Notify::new()),
+                    named: HashMap::new(),
                     last: Vec::new(),
                 });
                 entry.waiters += 1;
+                entry.named.insert(member.to_string(), Arc::clone(&mine));
                 notifies.push(Arc::clone(&entry.notify));
                 if entry.waiters == 1 {
                     for sender in &senders {
@@ -163,6 +305,13 @@ impl Handoff {
             senders,
             channels: names,
             notifies,
+            nodes: Arc::clone(nodes),
+            queues: resources.iter().map(|r| queue(r)).collect(),
+            place: u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX),
+            member,
+            until,
+            mine,
+            queued: false,
         }
     }
 

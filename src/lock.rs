@@ -12,6 +12,7 @@ use crate::builder::{Config, RedlockBuilder};
 use crate::error::{Error, Result};
 use crate::fence;
 use crate::guard::{Guard, release_all};
+use crate::handoff::{Subscription, Wake};
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
 use crate::watchdog::Held;
@@ -153,12 +154,20 @@ impl Redlock {
         let resources = resources.into().validated()?;
         let deadline = Instant::now() + self.options.wait;
         let mut attempts = 0u32;
-        let mut subscription = None;
+        let mut subscription: Option<Subscription> = None;
+        // The last wake-up came from a release that named this waiter (and
+        // took it off the queue there).
+        let mut named = false;
         let mut poll = self.options.retry_delay / 8;
         loop {
             attempts += 1;
             let error = match self.attempt(&resources, ttl).await {
-                Ok(guard) => return Ok(guard),
+                Ok(guard) => {
+                    if let Some(subscription) = subscription.as_mut().filter(|_| named) {
+                        subscription.served();
+                    }
+                    return Ok(guard);
+                }
                 Err(e @ Error::Config(_)) => return Err(e),
                 Err(e) => e,
             };
@@ -167,17 +176,22 @@ impl Redlock {
             }
             let held = matches!(error, Error::Held { .. });
             if held && subscription.is_none() {
-                // Contention: listen for the holder's release, then try once
-                // more at once, since it may have come before we listened.
+                // Contention: listen for releases and queue up, then try once
+                // more at once, since the release may have come before we
+                // listened.
                 let config = &self.config;
-                let names = resources.names();
-                subscription = Some(
-                    config
-                        .handoff
-                        .subscribe(&config.nodes, names, config.node_timeout)
-                        .await,
-                );
+                let mut joined = config
+                    .handoff
+                    .subscribe(&config.nodes, resources.names(), config.node_timeout, deadline)
+                    .await;
+                joined.register().await;
+                subscription = Some(joined);
                 continue;
+            }
+            if let Some(subscription) = subscription.as_mut().filter(|_| named) {
+                // Named by a release, but someone else got there first: back
+                // to our old place at the front of the queue.
+                subscription.register().await;
             }
             // Polling underneath the notifications: releases by other
             // libraries, expired keys and lost messages are still seen. It
@@ -191,15 +205,18 @@ impl Redlock {
             };
             tracing::debug!(attempts, ?delay, %error, "lock attempt failed, waiting");
             let wake = (Instant::now() + delay).min(deadline);
-            match &subscription {
+            named = match &subscription {
                 Some(subscription) => {
                     tokio::select! {
-                        () = tokio::time::sleep_until(wake) => {}
-                        () = subscription.released() => {}
+                        () = tokio::time::sleep_until(wake) => false,
+                        woken = subscription.released() => woken == Wake::Named,
                     }
                 }
-                None => tokio::time::sleep_until(wake).await,
-            }
+                None => {
+                    tokio::time::sleep_until(wake).await;
+                    false
+                }
+            };
         }
     }
 

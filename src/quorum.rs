@@ -5,7 +5,8 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
-use std::task::Poll;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -124,7 +125,7 @@ pub(crate) async fn gather<T, F, Fut>(
     nodes: &[Node],
     deadline: Instant,
     finish_by: Instant,
-    mut op: F,
+    op: F,
     mut on_reply: impl FnMut(usize, Result<T, NodeErrorKind>) -> ControlFlow<()>,
 ) where
     T: Send + 'static,
@@ -132,22 +133,7 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
-    // Every request gets its first poll here, in node order, before any
-    // reply is counted: the first poll is what hands a request over to its
-    // node's connection (see `Node`), and a request never polled before we
-    // stop early would lose its place to a later request of ours, such as
-    // the release meant to undo it. (`FuturesUnordered` alone stops polling
-    // the rest as soon as one request completes.) Boxed, so that only a
-    // pointer moves into the set.
-    let mut pending = FuturesUnordered::new();
-    let mut first = Vec::new();
-    for i in 0..nodes.len() {
-        let mut request = Box::pin(op(i));
-        match futures::poll!(request.as_mut()) {
-            Poll::Ready(outcome) => first.push((i, outcome)),
-            Poll::Pending => pending.push(async move { (i, request.await) }),
-        }
-    }
+    let (mut pending, first) = start_all(nodes.len(), op).await;
     let mut answered = vec![false; nodes.len()];
     let mut stopped = false;
     for (i, outcome) in first {
@@ -179,9 +165,76 @@ pub(crate) async fn gather<T, F, Fut>(
         answered[i] = true;
         stopped = on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break();
     }
+    drive_leftovers(pending, finish_by);
+}
+
+/// Hands `op(i)` to every node `i` and returns without waiting for the
+/// replies, which are awaited in the background until `finish_by`. For
+/// requests whose outcome changes nothing for the caller (the hand-off
+/// queue's bookkeeping), but which must keep their place in each node's
+/// order: each is handed over before this returns, as in [`gather`].
+pub(crate) async fn send_all<T, F, Fut>(nodes: usize, finish_by: Instant, op: F)
+where
+    T: Send + 'static,
+    F: FnMut(usize) -> Fut,
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
+{
+    let (pending, _) = start_all(nodes, op).await;
+    drive_leftovers(pending, finish_by);
+}
+
+/// A request and the index of its node.
+struct Indexed<F> {
+    node: usize,
+    request: Pin<Box<F>>,
+}
+
+impl<F: Future> Future for Indexed<F> {
+    type Output = (usize, F::Output);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let node = self.node;
+        self.request.as_mut().poll(cx).map(|outcome| (node, outcome))
+    }
+}
+
+/// Creates `op(i)` for every node and gives each its first poll, in node
+/// order, before any reply is counted: the first poll is what hands a
+/// request over to its node's connection (see `Node`), and a request never
+/// polled before the caller stops early would lose its place to a later
+/// request of ours, such as the release meant to undo it. (A
+/// `FuturesUnordered` alone stops polling the rest as soon as one request
+/// completes.) Returns the pending requests (boxed, so that only a pointer
+/// moves) and the outcomes that were there at once.
+async fn start_all<F, Fut>(
+    nodes: usize,
+    mut op: F,
+) -> (FuturesUnordered<Indexed<Fut>>, Vec<(usize, Fut::Output)>)
+where
+    F: FnMut(usize) -> Fut,
+    Fut: Future,
+{
+    let pending = FuturesUnordered::new();
+    let mut first = Vec::new();
+    for node in 0..nodes {
+        let mut request = Box::pin(op(node));
+        match futures::poll!(request.as_mut()) {
+            Poll::Ready(outcome) => first.push((node, outcome)),
+            Poll::Pending => pending.push(Indexed { node, request }),
+        }
+    }
+    (pending, first)
+}
+
+/// Drives requests still pending when their caller stopped waiting, until
+/// `finish_by` (see [`gather`]). One timer bounds them all, not one per
+/// request: this is on every lock's path.
+fn drive_leftovers<Fut>(pending: FuturesUnordered<Indexed<Fut>>, finish_by: Instant)
+where
+    Fut: Future + Send + 'static,
+    Fut::Output: Send,
+{
     if !pending.is_empty() {
-        // One timer bounds all the leftovers (not one per request: this is
-        // on every lock's path).
         tokio::spawn(tokio::time::timeout_at(finish_by, pending.for_each(|_| async {})));
     }
 }

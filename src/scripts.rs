@@ -21,6 +21,83 @@ pub(crate) fn eval(script: &str, keys: &[String]) -> Cmd {
     cmd
 }
 
+/// The Lua function `announce(key, token)` that [`RELEASE`] and [`BATCH`]
+/// call after deleting a lock key: it wakes the next waiter (see
+/// `crate::handoff`).
+///
+/// Waiters queue per resource in the sorted set `quorumlock:waiters:<key>`
+/// (see [`REGISTER`]), ordered by the time they started waiting; a member is
+/// `<deadline in unix ms>:<waiter id>`. The release pops the head, skipping
+/// entries whose deadline passed (their waiter gave up or died), and
+/// publishes `<token> <member>` on `quorumlock:released:<key>`, or just the
+/// token when no one is queued. Every subscriber hears it, but only the
+/// named waiter retries at once: one attempt per release instead of one per
+/// waiting process. The popped waiter re-registers (same place) if someone
+/// else got the lock first. Everything here is best effort (`pcall`): a user
+/// without channel permission, or a foreign key of another type under the
+/// queue's name, still releases, and waiters fall back to polling.
+///
+/// The queue key is not declared in `KEYS`: the nodes are independent
+/// masters, not Redis Cluster members (see `crate::batch`).
+macro_rules! announce_lua {
+    () => {
+        r"
+local function announce(key, token)
+  local queue = 'quorumlock:waiters:' .. key
+  local message = token
+  local head = redis.pcall('ZPOPMIN', queue)
+  if type(head) == 'table' and head[1] then
+    local now = redis.call('TIME')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    while head[1] do
+      local deadline = tonumber(string.match(head[1], '^(%d+):'))
+      if deadline and deadline >= now_ms then
+        message = token .. ' ' .. head[1]
+        break
+      end
+      head = redis.call('ZPOPMIN', queue)
+    end
+  end
+  redis.pcall('PUBLISH', 'quorumlock:released:' .. key, message)
+end
+"
+    };
+}
+
+/// Queues a waiter for the resources, or keeps its place if it is queued.
+///
+/// KEYS: the resources' queue keys (`quorumlock:waiters:<key>`); ARGV: the
+/// waiter's place (unix µs when it started waiting: earlier is served
+/// first), its member (`<deadline in unix ms>:<waiter id>`) and the queue's
+/// ttl in ms (the waiter's remaining wait plus a margin), so that an
+/// abandoned queue expires. `ZADD NX`: a waiter that re-registers after a
+/// lost race keeps its original place. Returns how many queues it joined.
+pub(crate) const REGISTER: &str = r"
+local n = 0
+for _, queue in ipairs(KEYS) do
+  local added = redis.pcall('ZADD', queue, 'NX', ARGV[1], ARGV[2])
+  if type(added) == 'number' then
+    n = n + 1
+    if redis.call('PTTL', queue) < tonumber(ARGV[3]) then
+      redis.call('PEXPIRE', queue, ARGV[3])
+    end
+  end
+end
+return n
+";
+
+/// Takes a waiter out of the resources' queues (it got the lock, gave up or
+/// was cancelled). KEYS: queue keys; ARGV: the member. Returns how many
+/// queues it left.
+pub(crate) const UNREGISTER: &str = r"
+local n = 0
+for _, queue in ipairs(KEYS) do
+  local removed = redis.pcall('ZREM', queue, ARGV[1])
+  if type(removed) == 'number' then n = n + removed end
+end
+return n
+";
+
 /// Sets every key to the token with a ttl, or none of them when any key exists.
 ///
 /// Atomic so that a multi-resource lock is all-or-nothing on each node: two
@@ -41,22 +118,23 @@ return 1
 ///
 /// Atomic so that no other owner can take the key between our `GET` and our
 /// `DEL`: a blind `DEL` from a holder whose lock expired would free someone
-/// else's lock. Each deletion is announced on `quorumlock:released:<key>`
-/// with the token (see `handoff`), so that waiters retry at once; the
-/// announcement is best effort (`pcall`: a user without channel permission
-/// still releases, and waiters fall back to polling).
+/// else's lock. Each deletion is announced (see `announce_lua!`), so that
+/// the next waiter retries at once.
 /// KEYS: resources; ARGV: token. Returns how many keys it deleted.
-pub(crate) const RELEASE: &str = r"
+pub(crate) const RELEASE: &str = concat!(
+    announce_lua!(),
+    r"
 local n = 0
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[1] then
     redis.call('DEL', key)
-    redis.pcall('PUBLISH', 'quorumlock:released:' .. key, ARGV[1])
+    announce(key, ARGV[1])
     n = n + 1
   end
 end
 return n
-";
+"
+);
 
 /// Resets the ttl of every key, only when all of them still hold our token.
 ///
@@ -234,7 +312,9 @@ return {1, tostring(value)}
 /// server and the client under load (see `crate::batch`). Each request is
 /// atomic on its own, as its one-command form is. KEYS: one key per request;
 /// ARGV: per request `a`, token, ttl in ms (acquire) or `r`, token (release).
-pub(crate) const BATCH: &str = r"
+pub(crate) const BATCH: &str = concat!(
+    announce_lua!(),
+    r"
 local out = {}
 local a = 1
 for i, key in ipairs(KEYS) do
@@ -254,7 +334,7 @@ for i, key in ipairs(KEYS) do
       out[i] = -1
     elseif value == ARGV[a + 1] then
       redis.call('DEL', key)
-      redis.pcall('PUBLISH', 'quorumlock:released:' .. key, ARGV[a + 1])
+      announce(key, ARGV[a + 1])
       out[i] = 1
     else
       out[i] = 0
@@ -263,4 +343,5 @@ for i, key in ipairs(KEYS) do
   end
 end
 return out
-";
+"
+);

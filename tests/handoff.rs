@@ -28,6 +28,12 @@ fn numsub(server: &RedisServer, resource: &str) -> i64 {
         .unwrap_or_else(|| panic!("PUBSUB NUMSUB reply {reply:?}"))
 }
 
+/// Waiters queued for `resource` on `server`.
+fn queued(server: &RedisServer, resource: &str) -> usize {
+    let count = int(server, &["ZCARD", &format!("quorumlock:waiters:{resource}")]);
+    usize::try_from(count).expect("ZCARD is never negative")
+}
+
 /// Runs `waiters` tasks that take turns on one resource for `rounds` each; a
 /// task that released waits until someone else acquired before it queues
 /// again, so every hand-off goes to a waiter. Returns the hand-off gaps
@@ -183,18 +189,25 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
         )
         .await;
     }
-    // Five waiters, one subscription per node.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Five waiters, one subscription per node, five places in each queue.
     for server in &servers {
+        eventually("every waiter queued", Duration::from_secs(5), || {
+            queued(server, "shared") == 5
+        })
+        .await;
         assert_eq!(numsub(server, "shared"), 1);
     }
-    // Cancelled waiters unsubscribe.
+    // Cancelled waiters unsubscribe and leave the queue.
     for waiter in &waiters {
         waiter.abort();
     }
     for server in &servers {
         eventually("the channel is unsubscribed", Duration::from_secs(5), || {
             numsub(server, "shared") == 0
+        })
+        .await;
+        eventually("the queue is empty", Duration::from_secs(5), || {
+            queued(server, "shared") == 0
         })
         .await;
     }
@@ -217,6 +230,108 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
         })
         .await;
     }
+    // Nothing left behind: no lock key, no queue.
+    all_empty(&servers, Duration::from_secs(5)).await;
+}
+
+/// Waiters in separate clients (like separate processes), queued in a known
+/// order: each release names the head of the queue, so only that waiter
+/// retries (one SET per node per hand-off, no herd) and they are served in
+/// the order they started waiting.
+#[tokio::test]
+async fn each_release_wakes_only_the_first_waiter_in_line() {
+    let servers = start_nodes(3);
+    let holder = client(&servers);
+    let guard = holder
+        .try_lock("line", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let order: Arc<Mutex<Vec<usize>>> = Arc::default();
+    let mut waiters = Vec::new();
+    for i in 0..6 {
+        let redlock = builder(&servers)
+            .retry_delay(SLOW_POLL)
+            .wait(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let order = Arc::clone(&order);
+        waiters.push(tokio::spawn(async move {
+            let guard = redlock.lock("line", Duration::from_secs(10)).await.unwrap();
+            order.lock().unwrap().push(i);
+            guard.release().await.unwrap();
+        }));
+        // The next waiter comes after this one is in line on every node.
+        for server in &servers {
+            eventually("the waiter queued", Duration::from_secs(5), || {
+                queued(server, "line") == i + 1
+            })
+            .await;
+        }
+    }
+    let sets_before: Vec<u64> = servers.iter().map(|s| calls(s, "set")).collect();
+    let started = Instant::now();
+    guard.release().await.unwrap();
+    for waiter in waiters {
+        waiter.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        *order.lock().unwrap(),
+        vec![0, 1, 2, 3, 4, 5],
+        "first come, first served"
+    );
+    // Far below the first poll (>= 250 ms): every hand-off came from a
+    // message, so the SET counts below include no polling.
+    assert!(elapsed < Duration::from_millis(200), "{elapsed:?}");
+    for (server, before) in servers.iter().zip(sets_before) {
+        // One SET per hand-off: only the named waiter tried.
+        assert_eq!(calls(server, "set") - before, 6, "one attempt per hand-off");
+    }
+    all_empty(&servers, Duration::from_secs(5)).await;
+}
+
+/// A queue entry whose deadline has passed (its waiter is gone) is skipped
+/// by the release, which names the next live waiter: the hand-off is as
+/// fast as without it.
+#[tokio::test]
+async fn a_release_skips_waiters_whose_deadline_passed() {
+    let servers = start_nodes(3);
+    let holder = client(&servers);
+    let guard = holder
+        .try_lock("stale", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    for server in &servers {
+        // First in line (place 1), deadline in 1970.
+        let queue = "quorumlock:waiters:stale";
+        assert_eq!(int(server, &["ZADD", queue, "1", "1000:deadbeef"]), 1);
+    }
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move { redlock.lock("stale", Duration::from_secs(10)).await });
+    for server in &servers {
+        eventually(
+            "the waiter queued behind the stale entry",
+            Duration::from_secs(5),
+            || queued(server, "stale") == 2,
+        )
+        .await;
+    }
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().unwrap();
+    assert!(
+        released.elapsed() < Duration::from_millis(100),
+        "named at once, not found by polling: {:?}",
+        released.elapsed()
+    );
+    next.release().await.unwrap();
+    all_empty(&servers, Duration::from_secs(5)).await;
 }
 
 #[tokio::test]
