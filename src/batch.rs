@@ -32,6 +32,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redis::{RedisError, RedisResult};
 use tokio::sync::oneshot;
 
+use crate::handoff;
 use crate::node::{self, Conn};
 use crate::scripts;
 
@@ -225,7 +226,7 @@ fn single_command(op: &Op) -> redis::Cmd {
         }
         Op::Release { key, token } => {
             let mut cmd = scripts::eval(scripts::RELEASE, std::slice::from_ref(key));
-            cmd.arg(&**token);
+            cmd.arg(&**token).arg(handoff::unix_ms());
             cmd
         }
     }
@@ -248,6 +249,7 @@ fn batch_command(batch: &[(Op, Reply)]) -> redis::Cmd {
             Op::Acquire { key, .. } | Op::Release { key, .. } => key,
         });
     }
+    cmd.arg(handoff::unix_ms());
     for (op, _) in batch {
         match op {
             Op::Acquire { token, ttl_ms, .. } => cmd.arg("a").arg(&**token).arg(ttl_ms),

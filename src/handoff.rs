@@ -49,10 +49,17 @@ const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(100);
 const PUBSUB_PING: Duration = Duration::from_secs(1);
 
 /// How much longer than its waiter a queue entry lives: covers the clock
-/// difference between the client, which sets an entry's deadline, and the
-/// node, which drops entries past it. An entry that outlives its waiter
+/// difference between the waiting client, which sets an entry's deadline,
+/// and the releasing client, which drops entries past it. An entry that outlives its waiter
 /// costs at most one hand-off that falls back to polling.
 const QUEUE_MARGIN: Duration = Duration::from_secs(1);
+
+/// The client's clock in unix milliseconds, which queue deadlines are set
+/// and checked by (see [`QUEUE_MARGIN`]).
+pub(crate) fn unix_ms() -> u64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// The pub/sub channel announcing releases of `resource`.
 pub(crate) fn channel(resource: &str) -> String {
@@ -62,6 +69,18 @@ pub(crate) fn channel(resource: &str) -> String {
 /// The queue of waiters for `resource` (a sorted set on each node).
 pub(crate) fn queue(resource: &str) -> String {
     format!("quorumlock:waiters:{resource}")
+}
+
+/// A waiter's queue entry as an attempt sends it (see [`Subscription::entry`]).
+#[derive(Clone, Debug)]
+pub(crate) struct QueueEntry {
+    /// The queue keys, one per resource.
+    pub(crate) queues: Arc<[String]>,
+    /// When the waiter started waiting (unix µs): its place in line.
+    pub(crate) place: u64,
+    pub(crate) member: Arc<str>,
+    /// The queue's ttl: the waiter's remaining wait plus the margin.
+    pub(crate) ttl_ms: u128,
 }
 
 /// What woke a waiter.
@@ -167,6 +186,20 @@ impl Subscription {
             () = self.mine.notified() => Wake::Named,
             _ = futures::future::select_all(anyone) => Wake::Any,
         }
+    }
+
+    /// This waiter's queue entry, for an attempt that queues it where the
+    /// resource is held (`scripts::ACQUIRE_OR_QUEUE`); `None` once its
+    /// deadline has passed.
+    pub(crate) fn entry(&mut self) -> Option<QueueEntry> {
+        let left = self.until.checked_duration_since(Instant::now())?;
+        self.queued = true;
+        Some(QueueEntry {
+            queues: Arc::clone(&self.queues),
+            place: self.place,
+            member: Arc::clone(&self.member),
+            ttl_ms: left.as_millis().max(1),
+        })
     }
 
     /// Joins the resources' queues on every node, or takes the old place

@@ -12,7 +12,7 @@ use crate::builder::{Config, RedlockBuilder};
 use crate::error::{Error, Result};
 use crate::fence;
 use crate::guard::{Guard, release_all};
-use crate::handoff::{Subscription, Wake};
+use crate::handoff::{QueueEntry, Subscription, Wake};
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
 use crate::watchdog::Held;
@@ -125,7 +125,7 @@ impl Redlock {
     /// runs out; they block other owners no longer than `ttl`.
     pub async fn try_lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Option<Guard>> {
         let resources = resources.into().validated()?;
-        match self.attempt(&resources, ttl).await {
+        match self.attempt(&resources, ttl, None).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Held { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -155,13 +155,22 @@ impl Redlock {
         let deadline = Instant::now() + self.options.wait;
         let mut attempts = 0u32;
         let mut subscription: Option<Subscription> = None;
+        // A waiter's attempt on one unfenced resource also queues it where
+        // the resource is held, in the same command; other waiters register
+        // with a command of their own.
+        let folded = resources.names().len() == 1 && !self.options.fenced;
         // The last wake-up came from a release that named this waiter (and
         // took it off the queue there).
         let mut named = false;
-        let mut poll = self.options.retry_delay / 8;
         loop {
             attempts += 1;
-            let error = match self.attempt(&resources, ttl).await {
+            // Not after a named wake-up: if that attempt loses, the waiter
+            // registers again explicitly, before it waits.
+            let entry = subscription
+                .as_mut()
+                .filter(|_| folded && !named)
+                .and_then(Subscription::entry);
+            let error = match self.attempt(&resources, ttl, entry.as_ref()).await {
                 Ok(guard) => {
                     if let Some(subscription) = subscription.as_mut().filter(|_| named) {
                         subscription.served();
@@ -174,8 +183,7 @@ impl Redlock {
             if self.options.max_attempts.is_some_and(|max| attempts >= max) || Instant::now() >= deadline {
                 return Err(error);
             }
-            let held = matches!(error, Error::Held { .. });
-            if held && subscription.is_none() {
+            if matches!(error, Error::Held { .. }) && subscription.is_none() {
                 // Contention: listen for releases and queue up, then try once
                 // more at once, since the release may have come before we
                 // listened.
@@ -184,7 +192,9 @@ impl Redlock {
                     .handoff
                     .subscribe(&config.nodes, resources.names(), config.node_timeout, deadline)
                     .await;
-                joined.register().await;
+                if !folded {
+                    joined.register().await;
+                }
                 subscription = Some(joined);
                 continue;
             }
@@ -193,16 +203,10 @@ impl Redlock {
                 // to our old place at the front of the queue.
                 subscription.register().await;
             }
-            // Polling underneath the notifications: releases by other
-            // libraries, expired keys and lost messages are still seen. It
-            // starts at an eighth of the retry delay and doubles up to it.
-            let delay = if held {
-                let delay = jitter(poll);
-                poll = (poll * 2).min(self.options.retry_delay);
-                delay
-            } else {
-                jitter(self.options.retry_delay)
-            };
+            // Polling underneath the notifications, for releases by other
+            // libraries, expired keys, lost messages and a queue head that is
+            // gone; a queued waiter's turn comes by message.
+            let delay = jitter(self.options.retry_delay);
             tracing::debug!(attempts, ?delay, %error, "lock attempt failed, waiting");
             let wake = (Instant::now() + delay).min(deadline);
             named = match &subscription {
@@ -311,7 +315,14 @@ impl Redlock {
     }
 
     /// One acquisition attempt.
-    async fn attempt(&self, resources: &Resources, ttl: Duration) -> Result<Guard> {
+    /// With `queue`, a waiter's attempt: where the resource is held, the
+    /// waiter is queued for it (see `crate::handoff`).
+    async fn attempt(
+        &self,
+        resources: &Resources,
+        ttl: Duration,
+        queue: Option<&QueueEntry>,
+    ) -> Result<Guard> {
         let (ttl, drift) = self.check_ttl(ttl)?;
         let token: Arc<str> = new_token().into();
         let keys = resources.names();
@@ -322,10 +333,16 @@ impl Redlock {
         let fence_floor = self.options.fenced.then(|| Arc::new(AtomicU64::new(0)));
         let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
             let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
-            let fence_floor = fence_floor.clone();
+            let (fence_floor, queue) = (fence_floor.clone(), queue.cloned());
             async move {
                 nodes[i]
-                    .acquire(resources.names(), &token, ttl, fence_floor.as_deref())
+                    .acquire(
+                        resources.names(),
+                        &token,
+                        ttl,
+                        fence_floor.as_deref(),
+                        queue.as_ref(),
+                    )
                     .await
             }
         })

@@ -18,6 +18,7 @@ use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisR
 use tokio::sync::Mutex;
 
 use crate::batch::{self, Batcher, Op};
+use crate::handoff::QueueEntry;
 use crate::lock::Resources;
 use crate::replica::{Acked, ReplicaAck};
 use crate::scripts;
@@ -174,15 +175,22 @@ impl Node {
     /// `fence` (a running maximum). Returns whether this node granted every
     /// key; in replica-acknowledged mode, a grant the replicas did not
     /// acknowledge is deleted again and reported as the node's error.
+    ///
+    /// With `queue` (a waiter's attempt on a single resource, unfenced), a
+    /// refusal also queues the waiter on this node, in the same script call.
     pub(crate) async fn acquire(
         &self,
         keys: &[String],
         token: &str,
         ttl: Duration,
         fence: Option<&AtomicU64>,
+        queue: Option<&QueueEntry>,
     ) -> RedisResult<Acked<bool>> {
         let ttl_ms = millis(ttl);
-        if let ([key], None, None, Some(batcher)) = (keys, fence, &self.replica_ack, &self.batcher) {
+        let queue = queue.filter(|_| keys.len() == 1 && fence.is_none());
+        if let ([key], None, None, None, Some(batcher)) =
+            (keys, fence, queue, &self.replica_ack, &self.batcher)
+        {
             let op = Op::Acquire {
                 key: key.clone(),
                 token: token.into(),
@@ -200,6 +208,18 @@ impl Node {
                 .arg(token)
                 .arg(ttl_ms);
             cmd
+        } else if let Some(entry) = queue {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(scripts::ACQUIRE_OR_QUEUE)
+                .arg(2)
+                .arg(keys)
+                .arg(&entry.queues[0])
+                .arg(token)
+                .arg(ttl_ms)
+                .arg(entry.place)
+                .arg(&*entry.member)
+                .arg(entry.ttl_ms.to_string());
+            cmd
         } else if let [key] = keys {
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
@@ -216,7 +236,7 @@ impl Node {
             };
             fence.fetch_max(u64::try_from(value).unwrap_or(0), Ordering::Relaxed);
             granted == 1
-        } else if keys.len() == 1 {
+        } else if keys.len() == 1 && queue.is_none() {
             set_nx_granted(reply)?
         } else {
             integer("the acquire script", reply)? == 1
@@ -256,7 +276,7 @@ impl Node {
             return Ok(usize::from(batch::submit(batcher, &self.conn, op).await? == 1));
         }
         let mut cmd = scripts::eval(scripts::RELEASE, keys);
-        cmd.arg(token);
+        cmd.arg(token).arg(crate::handoff::unix_ms());
         let deleted = integer("the release script", self.send(cmd).await?)?;
         usize::try_from(deleted).map_err(|_| unexpected("the release script", &Value::Int(deleted)))
     }

@@ -28,7 +28,10 @@ pub(crate) fn eval(script: &str, keys: &[String]) -> Cmd {
 /// Waiters queue per resource in the sorted set `quorumlock:waiters:<key>`
 /// (see [`REGISTER`]), ordered by the time they started waiting; a member is
 /// `<deadline in unix ms>:<waiter id>`. The release pops the head, skipping
-/// entries whose deadline passed (their waiter gave up or died), and
+/// entries whose deadline passed (their waiter gave up or died) by the
+/// releasing client's clock `now_ms` (the clocks of the waiter and the
+/// releaser may differ by up to the queue margin of `crate::handoff`; the
+/// client's clock saves a `TIME` call on every release), and
 /// publishes `<token> <member>` on `quorumlock:released:<key>`, or just the
 /// token when no one is queued. Every subscriber hears it, but only the
 /// named waiter retries at once: one attempt per release instead of one per
@@ -42,13 +45,11 @@ pub(crate) fn eval(script: &str, keys: &[String]) -> Cmd {
 macro_rules! announce_lua {
     () => {
         r"
-local function announce(key, token)
+local function announce(key, token, now_ms)
   local queue = 'quorumlock:waiters:' .. key
   local message = token
   local head = redis.pcall('ZPOPMIN', queue)
   if type(head) == 'table' and head[1] then
-    local now = redis.call('TIME')
-    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     while head[1] do
       local deadline = tonumber(string.match(head[1], '^(%d+):'))
       if deadline and deadline >= now_ms then
@@ -64,6 +65,24 @@ end
     };
 }
 
+/// The Lua function `stretch(queue, ttl_ms)`: makes a queue key live at least
+/// `ttl_ms` more, never less than it already does. One `PEXPIRE GT` when the
+/// queue already expires (the usual case: the newest waiter has the latest
+/// deadline); a new queue has no expiry, which `GT` treats as infinite, and
+/// servers before Redis 7.0 know no `GT`: then `PTTL` decides.
+macro_rules! stretch_lua {
+    () => {
+        r"
+local function stretch(queue, ttl_ms)
+  if redis.pcall('PEXPIRE', queue, ttl_ms, 'GT') ~= 1
+      and redis.call('PTTL', queue) < tonumber(ttl_ms) then
+    redis.call('PEXPIRE', queue, ttl_ms)
+  end
+end
+"
+    };
+}
+
 /// Queues a waiter for the resources, or keeps its place if it is queued.
 ///
 /// KEYS: the resources' queue keys (`quorumlock:waiters:<key>`); ARGV: the
@@ -72,19 +91,37 @@ end
 /// ttl in ms (the waiter's remaining wait plus a margin), so that an
 /// abandoned queue expires. `ZADD NX`: a waiter that re-registers after a
 /// lost race keeps its original place. Returns how many queues it joined.
-pub(crate) const REGISTER: &str = r"
+pub(crate) const REGISTER: &str = concat!(
+    stretch_lua!(),
+    r"
 local n = 0
 for _, queue in ipairs(KEYS) do
   local added = redis.pcall('ZADD', queue, 'NX', ARGV[1], ARGV[2])
   if type(added) == 'number' then
     n = n + 1
-    if redis.call('PTTL', queue) < tonumber(ARGV[3]) then
-      redis.call('PEXPIRE', queue, ARGV[3])
-    end
+    if added == 1 then stretch(queue, ARGV[3]) end
   end
 end
 return n
-";
+"
+);
+
+/// `SET NX PX` for one key, and when the key is held, the waiter's
+/// registration in its queue (as [`REGISTER`] does) in the same call: a
+/// waiter's attempts cost one command per node, queueing included.
+///
+/// KEYS: the key, its queue key; ARGV: token, ttl in ms, the waiter's place,
+/// member and queue ttl in ms. Returns 1 when set, 0 when held (queued).
+pub(crate) const ACQUIRE_OR_QUEUE: &str = concat!(
+    stretch_lua!(),
+    r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.pcall('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[4]) == 1 then
+  stretch(KEYS[2], ARGV[5])
+end
+return 0
+"
+);
 
 /// Takes a waiter out of the resources' queues (it got the lock, gave up or
 /// was cancelled). KEYS: queue keys; ARGV: the member. Returns how many
@@ -120,7 +157,8 @@ return 1
 /// `DEL`: a blind `DEL` from a holder whose lock expired would free someone
 /// else's lock. Each deletion is announced (see `announce_lua!`), so that
 /// the next waiter retries at once.
-/// KEYS: resources; ARGV: token. Returns how many keys it deleted.
+/// KEYS: resources; ARGV: token, the client's clock in unix ms. Returns how
+/// many keys it deleted.
 pub(crate) const RELEASE: &str = concat!(
     announce_lua!(),
     r"
@@ -128,7 +166,7 @@ local n = 0
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) == ARGV[1] then
     redis.call('DEL', key)
-    announce(key, ARGV[1])
+    announce(key, ARGV[1], tonumber(ARGV[2]))
     n = n + 1
   end
 end
@@ -311,12 +349,14 @@ return {1, tostring(value)}
 /// One script call for many requests saves the per-command overhead of the
 /// server and the client under load (see `crate::batch`). Each request is
 /// atomic on its own, as its one-command form is. KEYS: one key per request;
-/// ARGV: per request `a`, token, ttl in ms (acquire) or `r`, token (release).
+/// ARGV: the client's clock in unix ms (for [`RELEASE`]'s announcement), then
+/// per request `a`, token, ttl in ms (acquire) or `r`, token (release).
 pub(crate) const BATCH: &str = concat!(
     announce_lua!(),
     r"
 local out = {}
-local a = 1
+local now_ms = tonumber(ARGV[1])
+local a = 2
 for i, key in ipairs(KEYS) do
   if ARGV[a] == 'a' then
     local reply = redis.pcall('SET', key, ARGV[a + 1], 'NX', 'PX', ARGV[a + 2])
@@ -334,7 +374,7 @@ for i, key in ipairs(KEYS) do
       out[i] = -1
     elseif value == ARGV[a + 1] then
       redis.call('DEL', key)
-      announce(key, ARGV[a + 1])
+      announce(key, ARGV[a + 1], now_ms)
       out[i] = 1
     else
       out[i] = 0

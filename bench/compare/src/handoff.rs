@@ -28,10 +28,6 @@ pub const N: usize = 3;
 /// How long each holder keeps the lock.
 pub const HOLD: Duration = Duration::from_millis(1);
 
-/// Commands that only run inside the lock scripts here (`GET` + `DEL`, and
-/// quorumlock's `PUBLISH`): counted in "all commands", not in "requests".
-const INSIDE_SCRIPTS: [&str; 3] = ["get", "del", "publish"];
-
 /// Who waits, and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Setup {
@@ -69,8 +65,9 @@ pub struct Round {
     pub handoffs: usize,
     /// First to last acquisition.
     pub span: Duration,
-    /// Commands sent by clients (including pub/sub commands).
-    pub requests: u64,
+    /// Commands sent by clients (including pub/sub commands) per hand-off,
+    /// from the setup's counting round (see [`run`]).
+    pub requests_per_handoff: f64,
     /// All commands the nodes executed, including those inside scripts.
     pub commands: u64,
     /// Client CPU time of the round.
@@ -95,7 +92,7 @@ impl Round {
     }
 
     pub fn requests_per_handoff(&self) -> f64 {
-        self.requests as f64 / self.handoffs as f64
+        self.requests_per_handoff
     }
 
     pub fn commands_per_handoff(&self) -> f64 {
@@ -137,6 +134,16 @@ pub async fn run(nodes: &Nodes, rounds: usize, target: usize, warmup: usize) -> 
             let i = (j + r) % Setup::ALL.len();
             let round = take_turns(nodes, &waiters[i], &format!("e:{:?}:{r}", Setup::ALL[i]), target).await;
             results[i].push(round);
+        }
+    }
+    // Requests (commands clients sent, not those inside scripts): counted
+    // with MONITOR in one more round per setup, which is not timed.
+    for (i, setup) in Setup::ALL.iter().enumerate() {
+        let monitor = nodes.monitor(N);
+        let counted = take_turns(nodes, &waiters[i], &format!("e:{setup:?}:counted"), target).await;
+        let per_handoff = monitor.finish() as f64 / counted.handoffs as f64;
+        for round in &mut results[i] {
+            round.requests_per_handoff = per_handoff;
         }
     }
     eprintln!("  (e) done");
@@ -221,12 +228,11 @@ async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: u
         .filter(|name| *name != "info")
         .map(|name| delta(name))
         .sum();
-    let inside: u64 = INSIDE_SCRIPTS.iter().map(|name| delta(name)).sum();
     Round {
         gaps: turns.gaps.clone(),
         handoffs,
         span: turns.last.zip(turns.first).map_or(Duration::ZERO, |(l, f)| l - f),
-        requests: commands - inside,
+        requests_per_handoff: 0.0,
         commands,
         cpu,
         errors: *errors.lock().unwrap(),

@@ -7,6 +7,9 @@
 //! synchronous) and so that they load every contender alike.
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 #[path = "../../../tests/support/proxy.rs"]
@@ -16,6 +19,34 @@ mod server;
 
 pub use proxy::Proxy;
 pub use server::RedisServer;
+
+/// The marker a [`Monitor`] stops at.
+const MONITOR_END: &str = "quorumlock-compare:monitor-end";
+
+/// Counts client commands on some servers (see [`Nodes::monitor`]).
+pub struct Monitor {
+    ports: Vec<u16>,
+    threads: Vec<JoinHandle<u64>>,
+}
+
+impl Monitor {
+    /// Commands clients sent since the start, summed over the servers.
+    pub fn finish(self) -> u64 {
+        for port in &self.ports {
+            let mut stream = TcpStream::connect(("127.0.0.1", *port)).expect("marker connection");
+            let marker = format!("*2\r\n$4\r\nECHO\r\n${}\r\n{MONITOR_END}\r\n", MONITOR_END.len());
+            stream.write_all(marker.as_bytes()).expect("marker");
+            let mut reply = String::new();
+            BufReader::new(stream)
+                .read_line(&mut reply)
+                .expect("marker reply");
+        }
+        self.threads
+            .into_iter()
+            .map(|t| t.join().expect("monitor thread"))
+            .sum()
+    }
+}
 
 /// Local nodes, and the runtime that hosts proxies in front of them.
 pub struct Nodes {
@@ -49,6 +80,51 @@ impl Nodes {
         let proxy = Proxy::start(self.servers[index].port());
         proxy.set_latency(latency);
         proxy
+    }
+
+    /// Starts counting, with `MONITOR`, the commands clients send to the
+    /// first `n` servers, apart from those run inside scripts (which
+    /// `INFO commandstats` cannot tell apart: a `SET` may be either).
+    /// `MONITOR` costs the servers time, so count in rounds that are not
+    /// timed.
+    pub fn monitor(&self, n: usize) -> Monitor {
+        let threads = self.servers[..n]
+            .iter()
+            .map(|server| {
+                let port = server.port();
+                let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("monitor connection");
+                stream.write_all(b"MONITOR\r\n").expect("MONITOR");
+                let mut reader = BufReader::new(stream);
+                let mut ok = String::new();
+                reader.read_line(&mut ok).expect("MONITOR reply");
+                assert_eq!(ok.trim_end(), "+OK", "MONITOR refused");
+                std::thread::spawn(move || {
+                    let mut requests = 0;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return requests;
+                        }
+                        // +<time> [<db> <client address or "lua">] "CMD" ...
+                        let Some(rest) = line.split_once(" [").map(|(_, rest)| rest) else {
+                            continue;
+                        };
+                        let (source, command) = rest.split_once("] ").unwrap_or((rest, ""));
+                        if command.starts_with(&format!("\"ECHO\" \"{MONITOR_END}\"")) {
+                            return requests;
+                        }
+                        if !source.ends_with("lua") && !command.starts_with("\"INFO\"") {
+                            requests += 1;
+                        }
+                    }
+                })
+            })
+            .collect();
+        Monitor {
+            ports: self.servers[..n].iter().map(RedisServer::port).collect(),
+            threads,
+        }
     }
 
     /// Calls per command name, summed over the first `n` servers

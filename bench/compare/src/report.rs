@@ -421,8 +421,10 @@ fn handoff_table(
     let _ = writeln!(
         md,
         "\nThe gap runs from the holder calling release to the next holder's lock call returning. \
-         Requests are the commands clients sent (SET, EVAL/EVALSHA, SUBSCRIBE, PING, ...); all \
-         commands add those run inside the scripts (GET, DEL, PUBLISH). Client CPU is this \
+         Requests are the commands clients sent (SET, EVAL/EVALSHA, SUBSCRIBE, PING, ...), \
+         counted with MONITOR in one extra round per setup that is not timed; all commands \
+         (INFO commandstats) add those run inside the scripts (GET, DEL, PUBLISH, ZPOPMIN, ...). \
+         Client CPU is this \
          process's user + system time (10 ms ticks) over the round.\n"
     );
     let rounds_of = |setup: Setup| results.iter().find(|(s, _)| *s == setup).map(|(_, r)| r);
