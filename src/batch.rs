@@ -225,7 +225,7 @@ fn single_command(op: &Op) -> redis::Cmd {
             cmd
         }
         Op::Release { key, token } => {
-            let mut cmd = scripts::eval(scripts::RELEASE, std::slice::from_ref(key));
+            let mut cmd = scripts::RELEASE.eval(std::slice::from_ref(key));
             cmd.arg(&**token).arg(handoff::unix_ms());
             cmd
         }
@@ -242,8 +242,8 @@ fn single_status(op: &Op, reply: redis::Value) -> RedisResult<i64> {
 
 /// Several requests as one batch script call.
 fn batch_command(batch: &[(Op, Reply)]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(scripts::BATCH).arg(batch.len());
+    let mut cmd = scripts::BATCH.call();
+    cmd.arg(batch.len());
     for (op, _) in batch {
         cmd.arg(match op {
             Op::Acquire { key, .. } | Op::Release { key, .. } => key,

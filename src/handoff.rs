@@ -227,7 +227,7 @@ impl Subscription {
                 ttl_ms.clone(),
             );
             async move {
-                let mut cmd = scripts::eval(scripts::REGISTER, &queues);
+                let mut cmd = scripts::REGISTER.eval(&queues);
                 cmd.arg(place).arg(&*member).arg(ttl_ms);
                 nodes[i].send::<redis::Value>(cmd).await
             }
@@ -259,7 +259,7 @@ impl Drop for Subscription {
                     let (nodes, queues, member) =
                         (Arc::clone(&nodes), Arc::clone(&queues), Arc::clone(&member));
                     async move {
-                        let mut cmd = scripts::eval(scripts::UNREGISTER, &queues);
+                        let mut cmd = scripts::UNREGISTER.eval(&queues);
                         cmd.arg(&*member);
                         nodes[i].send::<redis::Value>(cmd).await
                     }

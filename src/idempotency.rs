@@ -411,7 +411,7 @@ impl Idempotency {
                 Arc::clone(&found),
             );
             async move {
-                let mut cmd = scripts::eval(scripts::CLAIM, &keys);
+                let mut cmd = scripts::CLAIM.eval(&keys);
                 cmd.arg(&*marker).arg(millis(ttl));
                 match nodes[i].send::<Option<Vec<u8>>>(cmd).await? {
                     None => Ok(true),
@@ -535,7 +535,7 @@ impl Idempotency {
                 Arc::clone(&record),
             );
             async move {
-                let mut cmd = scripts::eval(scripts::STORE, &keys);
+                let mut cmd = scripts::STORE.eval(&keys);
                 cmd.arg(&*marker).arg(&*record).arg(result_ttl);
                 Ok(nodes[i].send::<i64>(cmd).await? == 1)
             }

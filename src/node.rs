@@ -14,7 +14,9 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, Value};
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
+};
 use tokio::sync::Mutex;
 
 use crate::batch::{self, Batcher, Op};
@@ -200,18 +202,16 @@ impl Node {
         }
         let cmd = if fence.is_some() {
             let fence_keys: Vec<String> = keys.iter().map(|k| crate::fence::fence_key(k)).collect();
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(scripts::FENCED_ACQUIRE)
-                .arg(keys.len() * 2)
+            let mut cmd = scripts::FENCED_ACQUIRE.call();
+            cmd.arg(keys.len() * 2)
                 .arg(keys)
                 .arg(&fence_keys)
                 .arg(token)
                 .arg(ttl_ms);
             cmd
         } else if let Some(entry) = queue {
-            let mut cmd = redis::cmd("EVAL");
-            cmd.arg(scripts::ACQUIRE_OR_QUEUE)
-                .arg(2)
+            let mut cmd = scripts::ACQUIRE_OR_QUEUE.call();
+            cmd.arg(2)
                 .arg(keys)
                 .arg(&entry.queues[0])
                 .arg(token)
@@ -225,7 +225,7 @@ impl Node {
             cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
             cmd
         } else {
-            let mut cmd = scripts::eval(scripts::ACQUIRE, keys);
+            let mut cmd = scripts::ACQUIRE.eval(keys);
             cmd.arg(token).arg(ttl_ms);
             cmd
         };
@@ -258,7 +258,7 @@ impl Node {
     /// Fenced acquire, phase 2: proposes `token` for the fence keys.
     /// Returns whether the node accepted it, and its highest fence.
     pub(crate) async fn propose_fence(&self, fence_keys: &[String], token: u64) -> RedisResult<(bool, u64)> {
-        let mut cmd = scripts::eval(scripts::PROPOSE, fence_keys);
+        let mut cmd = scripts::PROPOSE.eval(fence_keys);
         cmd.arg(token);
         let [accepted, highest] = integers("the fence proposal script", self.send(cmd).await?)?[..] else {
             return Err(wrong_reply_count());
@@ -275,7 +275,7 @@ impl Node {
             };
             return Ok(usize::from(batch::submit(batcher, &self.conn, op).await? == 1));
         }
-        let mut cmd = scripts::eval(scripts::RELEASE, keys);
+        let mut cmd = scripts::RELEASE.eval(keys);
         cmd.arg(token).arg(crate::handoff::unix_ms());
         let deleted = integer("the release script", self.send(cmd).await?)?;
         usize::try_from(deleted).map_err(|_| unexpected("the release script", &Value::Int(deleted)))
@@ -290,7 +290,7 @@ impl Node {
         token: &str,
         ttl: Duration,
     ) -> RedisResult<Acked<bool>> {
-        let mut cmd = scripts::eval(scripts::EXTEND, keys);
+        let mut cmd = scripts::EXTEND.eval(keys);
         cmd.arg(token).arg(millis(ttl));
         let (reply, acked) = self.send_acked(cmd).await?;
         if integer("the extend script", reply)? == 1 {
@@ -324,11 +324,8 @@ impl Node {
             .chunks(RENEW_CHUNK)
             .map(|chunk| {
                 let keys: Vec<&String> = chunk.iter().flat_map(|item| item.keys.names()).collect();
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(scripts::RENEW)
-                    .arg(keys.len())
-                    .arg(keys)
-                    .arg(if heal { "1" } else { "0" });
+                let mut cmd = scripts::RENEW.call();
+                cmd.arg(keys.len()).arg(keys).arg(if heal { "1" } else { "0" });
                 for item in chunk {
                     cmd.arg(item.keys.names().len())
                         .arg(&*item.token)
@@ -382,7 +379,7 @@ impl Conn {
     /// Runs `request` on the connection in request order (see the type
     /// docs): under the fair lock until its first poll has handed the
     /// commands over, then without it until the reply.
-    async fn hand_over<R, F, Fut>(&self, request: F) -> RedisResult<R>
+    async fn hand_over<R: Reply, F, Fut>(&self, request: F) -> RedisResult<R>
     where
         F: FnOnce(MultiplexedConnection) -> Fut,
         Fut: Future<Output = RedisResult<R>> + Send + 'static,
@@ -412,11 +409,18 @@ impl Conn {
                 // Boxed: the connect future is large (about 2 KB) and, kept
                 // inline, would be part of every request's future, which is
                 // built and moved on every lock operation.
-                let conn = Box::pin(
+                let mut conn = Box::pin(
                     self.client
                         .get_multiplexed_async_connection_with_config(&self.config),
                 )
                 .await?;
+                // Still under the lock: nothing is handed to this connection
+                // before the scripts are there (see `crate::scripts`).
+                let load = scripts::load_all();
+                let loaded: Vec<Value> = conn.send_packed_commands(&load, 0, load.len()).await?;
+                if let Some(error) = loaded.into_iter().find_map(|v| v.extract_error().err()) {
+                    return Err(error);
+                }
                 let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
                 *slot = Some((generation, conn.clone()));
                 (generation, conn)
@@ -439,7 +443,7 @@ impl Conn {
 
     /// The second half of [`Conn::hand_over`]: awaits the reply of a
     /// request handed over by [`Conn::start_command`].
-    pub(crate) async fn finish<R>(&self, started: Started<R>) -> RedisResult<R> {
+    pub(crate) async fn finish<R: Reply>(&self, started: Started<R>) -> RedisResult<R> {
         let result = match started.reply {
             Ok(result) => result,
             Err(mut pending) => pending.as_mut().await,
@@ -449,10 +453,15 @@ impl Conn {
 
     /// Drops the connection after an error that leaves it unusable, so that
     /// the next request reconnects.
-    async fn settle<R>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
-        if let Err(e) = &result
-            && (e.is_unrecoverable_error() || e.is_connection_dropped())
-        {
+    ///
+    /// A `NOSCRIPT` reply (someone ran `SCRIPT FLUSH`; the command did not
+    /// run) drops it too: the next connection loads the scripts again.
+    async fn settle<R: Reply>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
+        let broken = match &result {
+            Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_no_script(e),
+            Ok(reply) => reply.no_script(),
+        };
+        if broken {
             let mut slot = self.slot.lock().await;
             if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
                 *slot = None;
@@ -460,6 +469,28 @@ impl Conn {
         }
         result
     }
+}
+
+/// A reply as [`Conn::settle`] checks it.
+pub(crate) trait Reply {
+    /// The node answered `NOSCRIPT`: it has lost our scripts.
+    fn no_script(&self) -> bool;
+}
+
+impl Reply for Value {
+    fn no_script(&self) -> bool {
+        matches!(self, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+    }
+}
+
+impl Reply for Vec<Value> {
+    fn no_script(&self) -> bool {
+        self.iter().any(Reply::no_script)
+    }
+}
+
+fn is_no_script(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 impl fmt::Debug for Node {

@@ -2,23 +2,94 @@
 //! without interleaving other commands), which is what makes the owner check
 //! and the action that follows it one indivisible step.
 //!
-//! They are sent with `EVAL`, not `EVALSHA` with a reload on `NOSCRIPT`
-//! (`redis::Script`): that reload is a second and third command sent only if
-//! the caller keeps polling. The quorum layer stops polling a node once the
+//! They are sent with `EVALSHA`, and loaded (`SCRIPT LOAD`) on every new
+//! connection before any request is handed to it (`crate::node::Conn`,
+//! under the node's fair lock). A node's script cache lives as long as the
+//! server process, and a server that restarted is reached through a new
+//! connection, so every request finds its script loaded. The usual
+//! alternative, `EVALSHA` with a reload on `NOSCRIPT` (`redis::Script`), is
+//! unsafe here: the reload is a second and third command, sent only if the
+//! caller keeps polling. The quorum layer stops polling a node once the
 //! outcome is certain or its timeout passed, so on a node that had just
-//! restarted (empty script cache) an extend or release would silently never
-//! run, and a release could even overtake the acquire it was meant to undo.
-//! One `EVAL` is one command: once sent it runs, in order with the others on
-//! the connection. Redis caches the compiled script by its SHA1 either way;
-//! the cost is a few hundred bytes per call.
+//! restarted an extend or release would silently never run, and a release
+//! could even overtake the acquire it was meant to undo. Only a `SCRIPT
+//! FLUSH` on a live server can still make a request fail with `NOSCRIPT`
+//! (the command did not run); the connection is then dropped, so that the
+//! next request reconnects and loads the scripts again.
+//!
+//! `EVALSHA` instead of `EVAL` saves the client sending, and the node
+//! receiving and hashing, the script text (up to 1.5 KB) on every call.
+
+use std::sync::LazyLock;
 
 use redis::Cmd;
 
-/// An `EVAL` of `script` over `keys`; append the `ARGV` values with `arg`.
-pub(crate) fn eval(script: &str, keys: &[String]) -> Cmd {
-    let mut cmd = redis::cmd("EVAL");
-    cmd.arg(script).arg(keys.len()).arg(keys);
-    cmd
+/// A lock script: its source and SHA1, by which it is called.
+pub(crate) struct Script {
+    source: &'static str,
+    sha: LazyLock<String>,
+}
+
+impl Script {
+    const fn new(source: &'static str, hash: fn() -> String) -> Script {
+        Script {
+            source,
+            sha: LazyLock::new(hash),
+        }
+    }
+
+    /// An `EVALSHA` of this script; append the keys and `ARGV` values.
+    pub(crate) fn call(&self) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&*self.sha);
+        cmd
+    }
+
+    /// An `EVALSHA` of this script over `keys`; append the `ARGV` values
+    /// with `arg`.
+    pub(crate) fn eval(&self, keys: &[String]) -> Cmd {
+        let mut cmd = self.call();
+        cmd.arg(keys.len()).arg(keys);
+        cmd
+    }
+}
+
+/// Declares a [`Script`] static from a source expression.
+macro_rules! script {
+    ($(#[$doc:meta])* $name:ident = $source:expr;) => {
+        $(#[$doc])*
+        pub(crate) static $name: Script = Script::new($source, || {
+            redis::Script::new($source).get_hash().to_owned()
+        });
+    };
+}
+
+/// `SCRIPT LOAD` of every script a node connection must have loaded (all
+/// but [`FENCED_WRITE`], which runs on the caller's own data store), as one
+/// pipeline.
+pub(crate) fn load_all() -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for script in all() {
+        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source);
+    }
+    pipe
+}
+
+fn all() -> [&'static Script; 12] {
+    [
+        &ACQUIRE,
+        &RELEASE,
+        &EXTEND,
+        &RENEW,
+        &CLAIM,
+        &STORE,
+        &FENCED_ACQUIRE,
+        &PROPOSE,
+        &BATCH,
+        &REGISTER,
+        &UNREGISTER,
+        &ACQUIRE_OR_QUEUE,
+    ]
 }
 
 /// The Lua function `announce(key, token)` that [`RELEASE`] and [`BATCH`]
@@ -83,15 +154,16 @@ end
     };
 }
 
-/// Queues a waiter for the resources, or keeps its place if it is queued.
-///
-/// KEYS: the resources' queue keys (`quorumlock:waiters:<key>`); ARGV: the
-/// waiter's place (unix µs when it started waiting: earlier is served
-/// first), its member (`<deadline in unix ms>:<waiter id>`) and the queue's
-/// ttl in ms (the waiter's remaining wait plus a margin), so that an
-/// abandoned queue expires. `ZADD NX`: a waiter that re-registers after a
-/// lost race keeps its original place. Returns how many queues it joined.
-pub(crate) const REGISTER: &str = concat!(
+script! {
+    /// Queues a waiter for the resources, or keeps its place if it is queued.
+    ///
+    /// KEYS: the resources' queue keys (`quorumlock:waiters:<key>`); ARGV: the
+    /// waiter's place (unix µs when it started waiting: earlier is served
+    /// first), its member (`<deadline in unix ms>:<waiter id>`) and the queue's
+    /// ttl in ms (the waiter's remaining wait plus a margin), so that an
+    /// abandoned queue expires. `ZADD NX`: a waiter that re-registers after a
+    /// lost race keeps its original place. Returns how many queues it joined.
+    REGISTER = concat!(
     stretch_lua!(),
     r"
 local n = 0
@@ -105,14 +177,16 @@ end
 return n
 "
 );
+}
 
-/// `SET NX PX` for one key, and when the key is held, the waiter's
-/// registration in its queue (as [`REGISTER`] does) in the same call: a
-/// waiter's attempts cost one command per node, queueing included.
-///
-/// KEYS: the key, its queue key; ARGV: token, ttl in ms, the waiter's place,
-/// member and queue ttl in ms. Returns 1 when set, 0 when held (queued).
-pub(crate) const ACQUIRE_OR_QUEUE: &str = concat!(
+script! {
+    /// `SET NX PX` for one key, and when the key is held, the waiter's
+    /// registration in its queue (as [`REGISTER`] does) in the same call: a
+    /// waiter's attempts cost one command per node, queueing included.
+    ///
+    /// KEYS: the key, its queue key; ARGV: token, ttl in ms, the waiter's place,
+    /// member and queue ttl in ms. Returns 1 when set, 0 when held (queued).
+    ACQUIRE_OR_QUEUE = concat!(
     stretch_lua!(),
     r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
@@ -122,11 +196,13 @@ end
 return 0
 "
 );
+}
 
-/// Takes a waiter out of the resources' queues (it got the lock, gave up or
-/// was cancelled). KEYS: queue keys; ARGV: the member. Returns how many
-/// queues it left.
-pub(crate) const UNREGISTER: &str = r"
+script! {
+    /// Takes a waiter out of the resources' queues (it got the lock, gave up or
+    /// was cancelled). KEYS: queue keys; ARGV: the member. Returns how many
+    /// queues it left.
+    UNREGISTER = r"
 local n = 0
 for _, queue in ipairs(KEYS) do
   local removed = redis.pcall('ZREM', queue, ARGV[1])
@@ -134,14 +210,16 @@ for _, queue in ipairs(KEYS) do
 end
 return n
 ";
+}
 
-/// Sets every key to the token with a ttl, or none of them when any key exists.
-///
-/// Atomic so that a multi-resource lock is all-or-nothing on each node: two
-/// clients locking `[a, b]` and `[b, c]` can never each hold half. A
-/// single-resource lock uses a plain `SET NX PX` instead (same effect, cheaper).
-/// KEYS: resources; ARGV: token, ttl in ms. Returns 1 when set, 0 when held.
-pub(crate) const ACQUIRE: &str = r"
+script! {
+    /// Sets every key to the token with a ttl, or none of them when any key exists.
+    ///
+    /// Atomic so that a multi-resource lock is all-or-nothing on each node: two
+    /// clients locking `[a, b]` and `[b, c]` can never each hold half. A
+    /// single-resource lock uses a plain `SET NX PX` instead (same effect, cheaper).
+    /// KEYS: resources; ARGV: token, ttl in ms. Returns 1 when set, 0 when held.
+    ACQUIRE = r"
 for _, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then return 0 end
 end
@@ -150,16 +228,18 @@ for _, key in ipairs(KEYS) do
 end
 return 1
 ";
+}
 
-/// Deletes each key that still holds our token.
-///
-/// Atomic so that no other owner can take the key between our `GET` and our
-/// `DEL`: a blind `DEL` from a holder whose lock expired would free someone
-/// else's lock. Each deletion is announced (see `announce_lua!`), so that
-/// the next waiter retries at once.
-/// KEYS: resources; ARGV: token, the client's clock in unix ms. Returns how
-/// many keys it deleted.
-pub(crate) const RELEASE: &str = concat!(
+script! {
+    /// Deletes each key that still holds our token.
+    ///
+    /// Atomic so that no other owner can take the key between our `GET` and our
+    /// `DEL`: a blind `DEL` from a holder whose lock expired would free someone
+    /// else's lock. Each deletion is announced (see `announce_lua!`), so that
+    /// the next waiter retries at once.
+    /// KEYS: resources; ARGV: token, the client's clock in unix ms. Returns how
+    /// many keys it deleted.
+    RELEASE = concat!(
     announce_lua!(),
     r"
 local n = 0
@@ -173,14 +253,16 @@ end
 return n
 "
 );
+}
 
-/// Resets the ttl of every key, only when all of them still hold our token.
-///
-/// Atomic for the same reason as [`RELEASE`]: a blind `PEXPIRE` would extend
-/// another owner's lock. It never deletes: a failed extend leaves the lock to
-/// its remaining validity. KEYS: resources; ARGV: token, ttl in ms. Returns 1
-/// when extended, 0 when any key is missing or belongs to another owner.
-pub(crate) const EXTEND: &str = r"
+script! {
+    /// Resets the ttl of every key, only when all of them still hold our token.
+    ///
+    /// Atomic for the same reason as [`RELEASE`]: a blind `PEXPIRE` would extend
+    /// another owner's lock. It never deletes: a failed extend leaves the lock to
+    /// its remaining validity. KEYS: resources; ARGV: token, ttl in ms. Returns 1
+    /// when extended, 0 when any key is missing or belongs to another owner.
+    EXTEND = r"
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) ~= ARGV[1] then return 0 end
 end
@@ -189,18 +271,20 @@ for _, key in ipairs(KEYS) do
 end
 return 1
 ";
+}
 
-/// Renews a batch of locks on one node, each owner-checked, with a status
-/// per lock: `1` extended, `2` re-created where missing ("healed"), `0`
-/// missing (not healed), `-1` held by another token (left untouched).
-///
-/// One script per node per watchdog tick instead of one command per lock,
-/// so renewal costs O(nodes) round trips whatever the number of locks.
-/// Atomic per lock for the same reason as [`EXTEND`]; a key of the wrong
-/// type counts as another owner's and affects only its own lock.
-/// KEYS: every lock's keys in order; ARGV: heal flag (`1`/`0`), then per
-/// lock its number of keys, token and ttl in ms.
-pub(crate) const RENEW: &str = r"
+script! {
+    /// Renews a batch of locks on one node, each owner-checked, with a status
+    /// per lock: `1` extended, `2` re-created where missing ("healed"), `0`
+    /// missing (not healed), `-1` held by another token (left untouched).
+    ///
+    /// One script per node per watchdog tick instead of one command per lock,
+    /// so renewal costs O(nodes) round trips whatever the number of locks.
+    /// Atomic per lock for the same reason as [`EXTEND`]; a key of the wrong
+    /// type counts as another owner's and affects only its own lock.
+    /// KEYS: every lock's keys in order; ARGV: heal flag (`1`/`0`), then per
+    /// lock its number of keys, token and ttl in ms.
+    RENEW = r"
 local heal = ARGV[1] == '1'
 local out = {}
 local k, a = 1, 2
@@ -229,47 +313,53 @@ while a <= #ARGV do
 end
 return out
 ";
+}
 
-/// Claims an idempotency key: sets our in-progress marker when the key is
-/// free, and otherwise returns what the key holds.
-///
-/// Atomic so that the caller learns in one step either that it is now the
-/// owner or what stands in its way (another marker, a stored result), and so
-/// that a result written between a `GET` and a `SET NX` cannot be missed.
-/// KEYS: the key; ARGV: marker, ttl in ms. Returns nil when it set the marker,
-/// the current value otherwise.
-pub(crate) const CLAIM: &str = r"
+script! {
+    /// Claims an idempotency key: sets our in-progress marker when the key is
+    /// free, and otherwise returns what the key holds.
+    ///
+    /// Atomic so that the caller learns in one step either that it is now the
+    /// owner or what stands in its way (another marker, a stored result), and so
+    /// that a result written between a `GET` and a `SET NX` cannot be missed.
+    /// KEYS: the key; ARGV: marker, ttl in ms. Returns nil when it set the marker,
+    /// the current value otherwise.
+    CLAIM = r"
 local current = redis.call('GET', KEYS[1])
 if current then return current end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 ";
+}
 
-/// Replaces our in-progress marker with a record (a result or a failure).
-///
-/// Atomic for the same reason as [`RELEASE`]: only the marker's owner may
-/// write the outcome, and only while its marker is still there, so a caller
-/// whose marker expired (and whose key another caller may have claimed)
-/// never overwrites someone else's marker or result.
-/// KEYS: the key; ARGV: our marker, record, ttl in ms. Returns 1 when
-/// written, 0 when the key no longer holds our marker.
-pub(crate) const STORE: &str = r"
+script! {
+    /// Replaces our in-progress marker with a record (a result or a failure).
+    ///
+    /// Atomic for the same reason as [`RELEASE`]: only the marker's owner may
+    /// write the outcome, and only while its marker is still there, so a caller
+    /// whose marker expired (and whose key another caller may have claimed)
+    /// never overwrites someone else's marker or result.
+    /// KEYS: the key; ARGV: our marker, record, ttl in ms. Returns 1 when
+    /// written, 0 when the key no longer holds our marker.
+    STORE = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
   return 1
 end
 return 0
 ";
+}
 
-/// Fenced acquire, phase 1: the acquire of [`ACQUIRE`] that also returns the
-/// node's fence value for the resources: the highest stored fence, floored
-/// by the node's clock in microseconds (so that values keep growing after a
-/// restart that lost the stored fences).
-///
-/// Atomic so that the fence value read belongs to the same instant as the
-/// grant. KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
-/// ms. Returns `{granted (1/0), fence}`.
-pub(crate) const FENCED_ACQUIRE: &str = r"
+script! {
+    /// Fenced acquire, phase 1: the acquire of [`ACQUIRE`] that also returns the
+    /// node's fence value for the resources: the highest stored fence, floored
+    /// by the node's clock in microseconds (so that values keep growing after a
+    /// restart that lost the stored fences).
+    ///
+    /// Atomic so that the fence value read belongs to the same instant as the
+    /// grant. KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
+    /// ms. Returns `{granted (1/0), fence}`.
+    FENCED_ACQUIRE = r"
 local n = #KEYS / 2
 local now = redis.call('TIME')
 local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
@@ -285,14 +375,16 @@ for i = 1, n do
 end
 return {1, fence}
 ";
+}
 
-/// Fenced acquire, phase 2: accepts the proposed token `T` only if every
-/// fence of the resources is below it, then raises them all to `T`.
-///
-/// Atomic so that a node accepts each value at most once: two proposals of
-/// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`.
-/// Returns `{1, T}` when accepted, `{0, highest fence}` when not.
-pub(crate) const PROPOSE: &str = r"
+script! {
+    /// Fenced acquire, phase 2: accepts the proposed token `T` only if every
+    /// fence of the resources is below it, then raises them all to `T`.
+    ///
+    /// Atomic so that a node accepts each value at most once: two proposals of
+    /// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`.
+    /// Returns `{1, T}` when accepted, `{0, highest fence}` when not.
+    PROPOSE = r"
 local proposed = tonumber(ARGV[1])
 local highest = 0
 for _, key in ipairs(KEYS) do
@@ -305,6 +397,7 @@ for _, key in ipairs(KEYS) do
 end
 return {1, proposed}
 ";
+}
 
 /// A fenced write to caller data: applies the operation only when the
 /// caller's token is at least the highest token seen for the resource, and
@@ -340,18 +433,19 @@ redis.call('SET', KEYS[1], ARGV[1])
 return {1, tostring(value)}
 ";
 
-/// A batch of single-key acquires (`SET NX PX`) and releases (the
-/// owner-checked delete and announcement of [`RELEASE`]) from concurrent
-/// requests, run in the order they were made, with one status per request:
-/// `1` granted / deleted, `0` refused / not ours, `-1` the key has the wrong
-/// type (that request fails alone; the others are unaffected).
-///
-/// One script call for many requests saves the per-command overhead of the
-/// server and the client under load (see `crate::batch`). Each request is
-/// atomic on its own, as its one-command form is. KEYS: one key per request;
-/// ARGV: the client's clock in unix ms (for [`RELEASE`]'s announcement), then
-/// per request `a`, token, ttl in ms (acquire) or `r`, token (release).
-pub(crate) const BATCH: &str = concat!(
+script! {
+    /// A batch of single-key acquires (`SET NX PX`) and releases (the
+    /// owner-checked delete and announcement of [`RELEASE`]) from concurrent
+    /// requests, run in the order they were made, with one status per request:
+    /// `1` granted / deleted, `0` refused / not ours, `-1` the key has the wrong
+    /// type (that request fails alone; the others are unaffected).
+    ///
+    /// One script call for many requests saves the per-command overhead of the
+    /// server and the client under load (see `crate::batch`). Each request is
+    /// atomic on its own, as its one-command form is. KEYS: one key per request;
+    /// ARGV: the client's clock in unix ms (for [`RELEASE`]'s announcement), then
+    /// per request `a`, token, ttl in ms (acquire) or `r`, token (release).
+    BATCH = concat!(
     announce_lua!(),
     r"
 local out = {}
@@ -385,3 +479,4 @@ end
 return out
 "
 );
+}

@@ -16,7 +16,7 @@ const TTL: Duration = Duration::from_secs(10);
 /// commands a script runs too, so top-level SETs cannot be told apart from
 /// the SETs inside a batch; script calls can: scripts cannot call scripts.)
 fn script_calls(server: &RedisServer) -> u64 {
-    calls(server, "eval")
+    calls(server, "evalsha")
 }
 
 /// `tasks` tasks each lock and unlock `rounds` distinct keys at once;

@@ -228,7 +228,7 @@ async fn fenced_acquisition_costs_about_one_more_round_trip() {
     let fenced = fenced(&servers);
     // Sanity of the cost claim, not a benchmark (see benches/latency.rs):
     // both complete; the fenced one sends exactly one proposal per node.
-    let before: Vec<u64> = servers.iter().map(|s| calls(s, "eval")).collect();
+    let before: Vec<u64> = servers.iter().map(|s| calls(s, "evalsha")).collect();
     let started = Instant::now();
     let guard = fenced
         .try_lock("cost", Duration::from_secs(5))
@@ -244,7 +244,7 @@ async fn fenced_acquisition_costs_about_one_more_round_trip() {
     })
     .await;
     for (server, before) in servers.iter().zip(before) {
-        assert_eq!(calls(server, "eval") - before, 3);
+        assert_eq!(calls(server, "evalsha") - before, 3);
     }
     plain
         .try_lock("cost", Duration::from_secs(5))

@@ -174,17 +174,17 @@ async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
         .unwrap();
     warm_up(&redlock).await;
     set_foreign(&servers[0], "late", "other-owner", 30_000);
-    let (sets, evals) = (calls(&servers[1], "set"), calls(&servers[1], "eval"));
+    let (sets, evals) = (calls(&servers[1], "set"), calls(&servers[1], "evalsha"));
     let paused = servers[1].pause();
-    let granted_evals = calls(&servers[2], "eval");
+    let granted_evals = calls(&servers[2], "evalsha");
     assert!(redlock.try_lock("late", Duration::from_secs(30)).await.is_err());
     paused.resume();
     // The attempt's budget ended at the frozen node's timeout, so the
     // releases were sent but not awaited: wait until both nodes ran them.
     let deadline = Instant::now() + Duration::from_secs(5);
     while calls(&servers[1], "set") < sets + 1
-        || calls(&servers[1], "eval") < evals + 1
-        || calls(&servers[2], "eval") < granted_evals + 1
+        || calls(&servers[1], "evalsha") < evals + 1
+        || calls(&servers[2], "evalsha") < granted_evals + 1
     {
         assert!(
             Instant::now() < deadline,
@@ -192,9 +192,9 @@ async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
             sets,
             calls(&servers[1], "set"),
             evals,
-            calls(&servers[1], "eval"),
+            calls(&servers[1], "evalsha"),
             granted_evals,
-            calls(&servers[2], "eval")
+            calls(&servers[2], "evalsha")
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -351,4 +351,52 @@ async fn node_refusing_writes_fails_with_the_servers_own_error() {
         )
         .await;
     }
+}
+
+/// Scripts are called by SHA1 and loaded on every new connection. A node
+/// whose script cache was flushed under a live connection fails that one
+/// script call (`NOSCRIPT`: it did not run), drops the connection, and is
+/// back with its scripts loaded on the next request.
+#[tokio::test]
+async fn a_node_that_lost_its_scripts_gets_them_again_on_the_next_connection() {
+    let servers = start_nodes(3);
+    let redlock = client(&servers);
+    warm_up(&redlock).await;
+    assert_eq!(servers[0].command(&["SCRIPT", "FLUSH"]).unwrap(), "+OK\r\n");
+
+    let first = redlock
+        .try_lock("flushed:1", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let token = first.token().to_owned();
+    eventually("node 0 granted the first lock", Duration::from_secs(5), || {
+        get(&servers[0], "flushed:1").as_deref() == Some(&*token)
+    })
+    .await;
+    first.release().await.expect("two nodes confirm");
+    all_empty(&servers[1..], Duration::from_secs(5)).await;
+    assert_eq!(
+        get(&servers[0], "flushed:1").as_deref(),
+        Some(&*token),
+        "the release script was not known to node 0 and did not run there"
+    );
+
+    let second = redlock
+        .try_lock("flushed:2", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let token = second.token().to_owned();
+    eventually("node 0 granted the second lock", Duration::from_secs(5), || {
+        get(&servers[0], "flushed:2").as_deref() == Some(&*token)
+    })
+    .await;
+    second.release().await.unwrap();
+    eventually(
+        "node 0 ran the release: its scripts are loaded again",
+        Duration::from_secs(5),
+        || get(&servers[0], "flushed:2").is_none(),
+    )
+    .await;
 }

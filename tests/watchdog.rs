@@ -186,7 +186,7 @@ async fn thousand_locks_cost_one_renewal_call_per_node_per_tick() {
             guards.push(guard.unwrap().unwrap());
         }
     }
-    let before: Vec<u64> = servers.iter().map(|s| calls(s, "eval")).collect();
+    let before: Vec<u64> = servers.iter().map(|s| calls(s, "evalsha")).collect();
     let window = Duration::from_millis(2500);
     tokio::time::sleep(window).await;
     assert!(guards.iter().all(|g| g.is_held()));
@@ -197,7 +197,7 @@ async fn thousand_locks_cost_one_renewal_call_per_node_per_tick() {
     let max_ticks = 2 * 3 + 4;
     let chunks = 2;
     for (server, before) in servers.iter().zip(before) {
-        let renewals = calls(server, "eval") - before;
+        let renewals = calls(server, "evalsha") - before;
         println!(
             "node {}: {renewals} renewal script calls for 1000 locks in {window:?}",
             server.port()
@@ -218,13 +218,13 @@ async fn dropped_guards_stop_being_renewed() {
     let servers = start_nodes(3);
     let redlock = watched(&servers);
     let ttl = Duration::from_millis(600);
-    let before: Vec<u64> = servers.iter().map(|s| calls(s, "eval")).collect();
+    let before: Vec<u64> = servers.iter().map(|s| calls(s, "evalsha")).collect();
     let guard = redlock.try_lock("dropped", ttl).await.unwrap().unwrap();
     drop(guard);
     tokio::time::sleep(ttl * 2).await;
     for (server, before) in servers.iter().zip(before) {
         // One script call: the release. No renewal ever ran.
-        assert_eq!(calls(server, "eval") - before, 1);
+        assert_eq!(calls(server, "evalsha") - before, 1);
         assert_eq!(dbsize(server), 0);
     }
 }
