@@ -2,7 +2,7 @@
 //! polling alone.
 //!
 //! The release script publishes on `quorumlock:released:<resource>` on every
-//! node where it deleted the key. A client keeps at most one pub/sub
+//! node where it deleted the key and someone is queued (below). A client keeps at most one pub/sub
 //! connection per node (opened on the first wait, kept while the client
 //! lives, re-established and resubscribed after the node drops it), shared by
 //! all its waiters, with reference-counted channel subscriptions: nothing per
@@ -17,8 +17,7 @@
 //! wherever it runs, and waiters are served first come, first served. The
 //! same release heard from several nodes is folded into one wake-up. A
 //! named waiter that loses the race (to a caller that did not queue) takes
-//! its old place again. A message that names no one (no queue on that node)
-//! wakes one local waiter.
+//! its old place again.
 //!
 //! Polling with a capped, jittered backoff stays underneath, for releases by
 //! other libraries (no message), expiry of a crashed holder's key, lost
@@ -83,15 +82,6 @@ pub(crate) struct QueueEntry {
     pub(crate) ttl_ms: u128,
 }
 
-/// What woke a waiter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Wake {
-    /// A release that named this waiter: it was taken off the queue.
-    Named,
-    /// A release that named no one (no queue on that node).
-    Any,
-}
-
 /// Per-client hand-off state, shared by all waiters.
 #[derive(Debug, Default)]
 pub(crate) struct Handoff {
@@ -108,8 +98,6 @@ struct Shared {
 #[derive(Debug)]
 struct Channel {
     waiters: usize,
-    /// Wakes one local waiter for a message that names no one.
-    notify: Arc<Notify>,
     /// This client's waiters on the channel, by queue member.
     named: HashMap<String, Arc<Notify>>,
     /// The last message seen, to fold one release's messages from several
@@ -128,8 +116,9 @@ impl Shared {
         self.channels.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A release message: `<token>` or `<token> <member>` (see
-    /// `scripts::announce_lua!`).
+    /// A release message: `<token> <member>` (see `scripts::announce_lua!`).
+    /// Wakes that waiter if it is one of ours; the others go on waiting for
+    /// their turn.
     fn deliver(&self, channel: &str, message: &[u8]) {
         let mut channels = self.channels();
         let Some(entry) = channels.get_mut(channel) else {
@@ -139,16 +128,12 @@ impl Shared {
             return;
         }
         entry.last = message.to_vec();
-        match message.iter().position(|&b| b == b' ') {
-            // Named: wake that waiter if it is one of ours; the others go on
-            // waiting for their turn.
-            Some(at) => {
-                let member = std::str::from_utf8(&message[at + 1..]).ok();
-                if let Some(notify) = member.and_then(|m| entry.named.get(m)) {
-                    notify.notify_one();
-                }
-            }
-            None => entry.notify.notify_one(),
+        let member = message
+            .iter()
+            .position(|&b| b == b' ')
+            .and_then(|at| std::str::from_utf8(&message[at + 1..]).ok());
+        if let Some(notify) = member.and_then(|m| entry.named.get(m)) {
+            notify.notify_one();
         }
     }
 }
@@ -161,7 +146,6 @@ pub(crate) struct Subscription {
     handoff: Weak<Shared>,
     senders: Vec<mpsc::UnboundedSender<Command>>,
     channels: Vec<String>,
-    notifies: Vec<Arc<Notify>>,
     nodes: Arc<[Node]>,
     /// This waiter's queue keys, place and member.
     queues: Arc<[String]>,
@@ -178,14 +162,9 @@ pub(crate) struct Subscription {
 
 impl Subscription {
     /// Completes on a release of any of the resources that names this
-    /// waiter, or names no one.
-    pub(crate) async fn released(&self) -> Wake {
-        let anyone = self.notifies.iter().map(|n| Box::pin(n.notified()));
-        tokio::select! {
-            biased;
-            () = self.mine.notified() => Wake::Named,
-            _ = futures::future::select_all(anyone) => Wake::Any,
-        }
+    /// waiter (which took it off that node's queue).
+    pub(crate) async fn released(&self) {
+        self.mine.notified().await;
     }
 
     /// This waiter's queue entry, for an attempt that queues it where the
@@ -307,20 +286,17 @@ impl Handoff {
         let deadline_ms = (since_epoch + until.saturating_duration_since(Instant::now())).as_millis();
         let member: Arc<str> = format!("{deadline_ms}:{:016x}", rand::random::<u64>()).into();
         let mine = Arc::new(Notify::new());
-        let mut notifies = Vec::new();
         let mut confirmations = Vec::new();
         {
             let mut channels = self.shared.channels();
             for name in &names {
                 let entry = channels.entry(name.clone()).or_insert_with(|| Channel {
                     waiters: 0,
-                    notify: Arc::new(Notify::new()),
                     named: HashMap::new(),
                     last: Vec::new(),
                 });
                 entry.waiters += 1;
                 entry.named.insert(member.to_string(), Arc::clone(&mine));
-                notifies.push(Arc::clone(&entry.notify));
                 if entry.waiters == 1 {
                     for sender in &senders {
                         let (done, confirmed) = oneshot::channel();
@@ -337,7 +313,6 @@ impl Handoff {
             handoff: Arc::downgrade(&self.shared),
             senders,
             channels: names,
-            notifies,
             nodes: Arc::clone(nodes),
             queues: resources.iter().map(|r| queue(r)).collect(),
             place: u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX),

@@ -12,7 +12,7 @@ use crate::builder::{Config, RedlockBuilder};
 use crate::error::{Error, Result};
 use crate::fence;
 use crate::guard::{Guard, release_all};
-use crate::handoff::{QueueEntry, Subscription, Wake};
+use crate::handoff::{QueueEntry, Subscription};
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
 use crate::watchdog::Held;
@@ -213,7 +213,7 @@ impl Redlock {
                 Some(subscription) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(wake) => false,
-                        woken = subscription.released() => woken == Wake::Named,
+                        () = subscription.released() => true,
                     }
                 }
                 None => {

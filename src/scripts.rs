@@ -102,11 +102,14 @@ fn all() -> [&'static Script; 12] {
 /// entries whose deadline passed (their waiter gave up or died) by the
 /// releasing client's clock `now_ms` (the clocks of the waiter and the
 /// releaser may differ by up to the queue margin of `crate::handoff`; the
-/// client's clock saves a `TIME` call on every release), and
-/// publishes `<token> <member>` on `quorumlock:released:<key>`, or just the
-/// token when no one is queued. Every subscriber hears it, but only the
-/// named waiter retries at once: one attempt per release instead of one per
-/// waiting process. The popped waiter re-registers (same place) if someone
+/// client's clock saves a `TIME` call on every release), and publishes
+/// `<token> <member>` on `quorumlock:released:<key>`. Every subscriber hears
+/// it, but only the named waiter retries at once: one attempt per release
+/// instead of one per waiting process. With no one queued it publishes
+/// nothing: a waiter queues (or takes the lock) on a node before it relies
+/// on messages from it, so a message could only wake a waiter whose own
+/// attempt is still to come and will find the key free; this saves the
+/// uncontended release a `PUBLISH`. The popped waiter re-registers (same place) if someone
 /// else got the lock first. Everything here is best effort (`pcall`): a user
 /// without channel permission, or a foreign key of another type under the
 /// queue's name, still releases, and waiters fall back to polling.
@@ -118,19 +121,16 @@ macro_rules! announce_lua {
         r"
 local function announce(key, token, now_ms)
   local queue = 'quorumlock:waiters:' .. key
-  local message = token
   local head = redis.pcall('ZPOPMIN', queue)
-  if type(head) == 'table' and head[1] then
-    while head[1] do
-      local deadline = tonumber(string.match(head[1], '^(%d+):'))
-      if deadline and deadline >= now_ms then
-        message = token .. ' ' .. head[1]
-        break
-      end
-      head = redis.call('ZPOPMIN', queue)
+  if type(head) ~= 'table' then return end
+  while head[1] do
+    local deadline = tonumber(string.match(head[1], '^(%d+):'))
+    if deadline and deadline >= now_ms then
+      redis.pcall('PUBLISH', 'quorumlock:released:' .. key, token .. ' ' .. head[1])
+      return
     end
+    head = redis.call('ZPOPMIN', queue)
   end
-  redis.pcall('PUBLISH', 'quorumlock:released:' .. key, message)
 end
 "
     };
