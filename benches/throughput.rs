@@ -197,7 +197,7 @@ fn script_calls(nodes: &[RedisServer]) -> u64 {
             let reply = node.command(&["INFO", "commandstats"]).unwrap();
             reply
                 .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
                 .and_then(|rest| rest.split(',').next())
                 .and_then(|n| n.parse::<u64>().ok())
                 .unwrap_or(0)

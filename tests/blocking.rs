@@ -122,21 +122,28 @@ fn with_lock_reports_a_loss_during_the_work() {
 fn dropping_a_guard_releases_the_lock() {
     let nodes = start_nodes(3);
     let redlock = client(&nodes);
+    // lock() returns at a majority, and a drop once a majority confirmed the
+    // release: the last node may follow a moment later either way.
+    let holding = |key: &str| nodes.iter().filter(|n| get(n, key).is_some()).count();
     let guard = redlock.lock("blocking:drop", Duration::from_secs(30)).unwrap();
-    assert_eq!(dbsize(&nodes[0]), 1);
+    assert!(holding("blocking:drop") >= 2, "a majority holds the lock");
     {
         let _scoped = redlock.lock("blocking:scoped", Duration::from_secs(30)).unwrap();
-        assert_eq!(dbsize(&nodes[0]), 2);
+        assert!(
+            holding("blocking:scoped") >= 2,
+            "a majority holds the scoped lock"
+        );
     }
     assert!(
-        get(&nodes[0], "blocking:scoped").is_none(),
-        "released at the end of its scope"
+        holding("blocking:scoped") <= 1,
+        "released by a majority at the end of its scope"
     );
+    assert!(holding("blocking:drop") >= 2, "the other lock is still held");
     drop(guard);
-    // The drop returns once a majority confirmed the release: no majority
-    // holds the lock any more. The last node follows in the background.
-    let released = nodes.iter().filter(|n| dbsize(n) == 0).count();
-    assert!(released >= 2, "the drop released a majority before returning");
+    assert!(
+        holding("blocking:drop") <= 1,
+        "the drop released a majority before returning"
+    );
     assert!(
         eventually(Duration::from_secs(5), || nodes.iter().all(|n| dbsize(n) == 0)),
         "every node released"
@@ -153,7 +160,9 @@ fn extend_moves_the_validity() {
     let before = guard.valid_until();
     guard.extend(Duration::from_secs(20)).unwrap();
     assert!(guard.valid_until() > before + Duration::from_secs(10));
-    assert!(pttl(&nodes[0], "blocking:extend") > 10_000);
+    // extend returns at a majority; the last node may still be on its way.
+    let extended = nodes.iter().filter(|n| pttl(n, "blocking:extend") > 10_000).count();
+    assert!(extended >= 2, "a majority has the new ttl: {extended}");
     assert!(!guard.wait_lost(Duration::from_millis(50)).unwrap());
     guard.release().unwrap();
 }
