@@ -13,7 +13,7 @@
 //! fires after the job has already finished (clocks a minute apart, a job of
 //! a few seconds) would take the free lock and archive again: make the job
 //! idempotent per night (see `quorumlock::Idempotency`, keyed by the date)
-//! when that can happen. From a crontab, `quorumlock run --key ... --wait 0
+//! when that can happen. From a crontab, `quorumlock run --key ... --wait 2s
 //! -- job` does the same as this example without any code.
 //!
 //! ```sh

@@ -43,7 +43,7 @@ Examples:
   quorumlock demo
   quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
-  quorumlock run --key archive:nightly --wait 0 -- /usr/local/bin/archive --older-than 30d
+  quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive --older-than 30d
 
 Exit statuses of `run`: the command's own (128+N when it died of signal N);
   2 bad usage, 69 nodes unreachable, 75 lock busy, 79 lock lost (command

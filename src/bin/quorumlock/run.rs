@@ -32,7 +32,7 @@ use crate::{Nodes, exit, fail};
 const RUN_HELP: &str = "\
 Examples:
   # crontab: the nightly archive runs on one machine of the fleet; the others skip it
-  0 3 * * * quorumlock run --key archive:nightly --wait 0 -- /usr/local/bin/archive
+  0 3 * * * quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive
   # wait up to 2 minutes for a busy lock, renew a 1-minute ttl while the job runs
   quorumlock run --key reindex --ttl 1m --wait 2m --nodes redis://a:6379,redis://b:6379,redis://c:6379 -- ./reindex.sh
 
