@@ -1,23 +1,24 @@
 //! Fast hand-off: waiters are woken by release notifications instead of
 //! polling alone.
 //!
-//! The release script publishes on `quorumlock:released:<resource>` on every
-//! node where it deleted the key and someone is queued (below). A client keeps at most one pub/sub
-//! connection per node (opened on the first wait, kept while the client
-//! lives, re-established and resubscribed after the node drops it), shared by
-//! all its waiters, with reference-counted channel subscriptions: nothing per
-//! waiter, and a channel is unsubscribed as soon as its last waiter is gone.
+//! Waiters queue on the nodes, per resource, in the order they started
+//! waiting (see `scripts::REGISTER`). A release that deletes a key pops the
+//! head of its queue and publishes a wake-up for that one waiter
+//! (`scripts::announce_lua!`), on the channel of the waiter's client:
+//! `quorumlock:wake:<client id>`, the id being part of the queue entry. So
+//! only the named waiter retries at once, wherever it runs, waiters are
+//! served first come, first served, and a release costs each node one
+//! message, however many processes wait. (A channel per resource, heard by
+//! every waiting process, was the first design: with 16 waiting processes a
+//! node sent 16 messages per release and every client parsed them all.)
 //!
-//! Every subscriber hears every release, so waking every waiting process
-//! would make them all retry at once and all but one lose (a herd: with 16
-//! waiting processes, 15 failed attempts per hand-off). So waiters also
-//! queue on the nodes, per resource, in the order they started waiting (see
-//! `scripts::REGISTER`), and the release names the head of the queue in its
-//! message (`scripts::announce_lua!`): only that waiter retries at once,
-//! wherever it runs, and waiters are served first come, first served. The
-//! same release heard from several nodes is folded into one wake-up. A
-//! named waiter that loses the race (to a caller that did not queue) takes
-//! its old place again.
+//! A client keeps at most one pub/sub connection per node (opened on the
+//! first wait, kept while the client lives, re-established and resubscribed
+//! after the node drops it) and subscribes its one channel there while it
+//! has waiters, reference-counted: nothing per waiter or per resource, and
+//! nothing subscribed when no one waits. The same release heard from several
+//! nodes is folded into one wake-up. A named waiter that loses the race (to
+//! a caller that did not queue) takes its old place again.
 //!
 //! Polling with a capped, jittered backoff stays underneath, for releases by
 //! other libraries (no message), expiry of a crashed holder's key, lost
@@ -60,9 +61,10 @@ pub(crate) fn unix_ms() -> u64 {
     u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The pub/sub channel announcing releases of `resource`.
-pub(crate) fn channel(resource: &str) -> String {
-    format!("quorumlock:released:{resource}")
+/// The pub/sub channel of the client with `id`: the releases that name one
+/// of its waiters publish there.
+fn channel(id: &str) -> String {
+    format!("quorumlock:wake:{id}")
 }
 
 /// The queue of waiters for `resource` (a sorted set on each node).
@@ -82,6 +84,42 @@ pub(crate) struct QueueEntry {
     pub(crate) ttl_ms: u128,
 }
 
+/// Takes the waiter of `entry` off its queues on every node not in
+/// `granted`, after an attempt that carried the entry took the lock: the
+/// nodes that granted left the queue in the same call
+/// (`scripts::ACQUIRE_OR_QUEUE`); the others refused (and kept the waiter
+/// in line) or had not answered yet. Not awaited (see `quorum::send_all`);
+/// each removal runs after the attempt on its node's connection.
+pub(crate) async fn leave(nodes: &Arc<[Node]>, entry: &QueueEntry, granted: &[usize], finish_by: Instant) {
+    let others: Vec<usize> = (0..nodes.len()).filter(|i| !granted.contains(i)).collect();
+    unregister(nodes, &entry.queues, &entry.member, &others, finish_by).await;
+}
+
+/// Sends `scripts::UNREGISTER` of `member` from `queues` to the nodes
+/// `which`, without awaiting the replies (see `quorum::send_all`).
+async fn unregister(
+    nodes: &Arc<[Node]>,
+    queues: &Arc<[String]>,
+    member: &Arc<str>,
+    which: &[usize],
+    finish_by: Instant,
+) {
+    quorum::send_all(which.len(), finish_by, |j| {
+        let (nodes, queues, member, node) = (
+            Arc::clone(nodes),
+            Arc::clone(queues),
+            Arc::clone(member),
+            which[j],
+        );
+        async move {
+            let mut cmd = scripts::UNREGISTER.eval(&queues);
+            cmd.arg(&*member);
+            nodes[node].send::<redis::Value>(cmd).await
+        }
+    })
+    .await;
+}
+
 /// Per-client hand-off state, shared by all waiters.
 #[derive(Debug, Default)]
 pub(crate) struct Handoff {
@@ -90,62 +128,83 @@ pub(crate) struct Handoff {
     tasks: Mutex<Vec<Option<mpsc::UnboundedSender<Command>>>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Shared {
-    channels: Mutex<HashMap<String, Channel>>,
+    /// This client's channel (see [`channel`]); the id is random, 64 bits.
+    channel: String,
+    /// The id as queue members carry it.
+    id: String,
+    waiters: Mutex<Waiters>,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        let id = format!("{:016x}", rand::random::<u64>());
+        Shared {
+            channel: channel(&id),
+            id,
+            waiters: Mutex::default(),
+        }
+    }
+}
+
+/// This client's waiters, by queue member.
+#[derive(Debug, Default)]
+struct Waiters {
+    by_member: HashMap<Arc<str>, Waiter>,
 }
 
 #[derive(Debug)]
-struct Channel {
-    waiters: usize,
-    /// This client's waiters on the channel, by queue member.
-    named: HashMap<String, Arc<Notify>>,
-    /// The last message seen, to fold one release's messages from several
-    /// nodes into one wake-up.
+struct Waiter {
+    wake: Arc<Notify>,
+    /// The token of the last release that named this waiter, to fold the
+    /// messages of one release from several nodes into one wake-up.
     last: Vec<u8>,
 }
 
 #[derive(Debug)]
 enum Command {
-    Subscribe(String, oneshot::Sender<()>),
-    Unsubscribe(String),
+    /// Subscribe the client's channel; answer once the node confirmed.
+    Subscribe(oneshot::Sender<()>),
+    Unsubscribe,
 }
 
 impl Shared {
-    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
-        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    fn waiters(&self) -> MutexGuard<'_, Waiters> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A release message: `<token> <member>` (see `scripts::announce_lua!`).
-    /// Wakes that waiter if it is one of ours; the others go on waiting for
-    /// their turn.
+    /// Wakes that waiter, unless the same release already did (from another
+    /// node) or the waiter is gone.
     fn deliver(&self, channel: &str, message: &[u8]) {
-        let mut channels = self.channels();
-        let Some(entry) = channels.get_mut(channel) else {
-            return;
-        };
-        if entry.last == message {
+        if channel != self.channel {
             return;
         }
-        entry.last = message.to_vec();
-        let member = message
-            .iter()
-            .position(|&b| b == b' ')
-            .and_then(|at| std::str::from_utf8(&message[at + 1..]).ok());
-        if let Some(notify) = member.and_then(|m| entry.named.get(m)) {
-            notify.notify_one();
+        let Some(at) = message.iter().position(|&b| b == b' ') else {
+            return;
+        };
+        let (token, member) = (&message[..at], &message[at + 1..]);
+        let Ok(member) = std::str::from_utf8(member) else {
+            return;
+        };
+        let mut waiters = self.waiters();
+        if let Some(waiter) = waiters.by_member.get_mut(member)
+            && waiter.last != token
+        {
+            waiter.last = token.to_vec();
+            waiter.wake.notify_one();
         }
     }
 }
 
-/// A waiter's subscription to the release channels of its resources and its
-/// place in their queues; ends (unsubscribing when it was the last, and
-/// leaving the queues) on drop.
+/// A waiter's share of its client's subscription and its place in the
+/// queues of its resources; ends (unsubscribing when it was the client's
+/// last waiter, and leaving the queues) on drop.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     handoff: Weak<Shared>,
     senders: Vec<mpsc::UnboundedSender<Command>>,
-    channels: Vec<String>,
     nodes: Arc<[Node]>,
     /// This waiter's queue keys, place and member.
     queues: Arc<[String]>,
@@ -234,44 +293,31 @@ impl Drop for Subscription {
                 self.until,
             );
             runtime.spawn(async move {
-                quorum::send_all(nodes.len(), until, |i| {
-                    let (nodes, queues, member) =
-                        (Arc::clone(&nodes), Arc::clone(&queues), Arc::clone(&member));
-                    async move {
-                        let mut cmd = scripts::UNREGISTER.eval(&queues);
-                        cmd.arg(&*member);
-                        nodes[i].send::<redis::Value>(cmd).await
-                    }
-                })
-                .await;
+                let all: Vec<usize> = (0..nodes.len()).collect();
+                unregister(&nodes, &queues, &member, &all, until).await;
             });
         }
         let Some(shared) = self.handoff.upgrade() else {
             return;
         };
-        let mut channels = shared.channels();
-        for name in &self.channels {
-            let last = channels.get_mut(name).is_some_and(|c| {
-                c.named.remove(&*self.member);
-                c.waiters -= 1;
-                c.waiters == 0
-            });
-            if last {
-                channels.remove(name);
-                for sender in &self.senders {
-                    let _ = sender.send(Command::Unsubscribe(name.clone()));
-                }
+        let mut waiters = shared.waiters();
+        if waiters.by_member.remove(&self.member).is_some() && waiters.by_member.is_empty() {
+            // Under the lock, so that a new first waiter's Subscribe is
+            // queued after this.
+            for sender in &self.senders {
+                let _ = sender.send(Command::Unsubscribe);
             }
         }
     }
 }
 
 impl Handoff {
-    /// Subscribes to the release channels of `resources` on every node and
-    /// waits (up to `timeout`) until the nodes confirmed, so that a release
-    /// after this returns is not missed. The waiter is not queued yet (see
-    /// [`Subscription::register`]); its queue entries last until `wait_until`
-    /// plus a margin.
+    /// Makes a waiter for `resources`: subscribes the client's channel on
+    /// every node if this is its first waiter, and then waits (up to
+    /// `timeout`) until the nodes confirmed, so that a release after this
+    /// returns is not missed. The waiter is not queued yet (see
+    /// [`Subscription::register`]); its queue entries last until
+    /// `wait_until` plus a margin.
     pub(crate) async fn subscribe(
         &self,
         nodes: &Arc<[Node]>,
@@ -280,29 +326,26 @@ impl Handoff {
         wait_until: Instant,
     ) -> Subscription {
         let senders = self.senders(nodes);
-        let names: Vec<String> = resources.iter().map(|r| channel(r)).collect();
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let until = wait_until + QUEUE_MARGIN;
         let deadline_ms = (since_epoch + until.saturating_duration_since(Instant::now())).as_millis();
-        let member: Arc<str> = format!("{deadline_ms}:{:016x}", rand::random::<u64>()).into();
+        let member: Arc<str> =
+            format!("{deadline_ms}:{}:{:016x}", self.shared.id, rand::random::<u64>()).into();
         let mine = Arc::new(Notify::new());
         let mut confirmations = Vec::new();
         {
-            let mut channels = self.shared.channels();
-            for name in &names {
-                let entry = channels.entry(name.clone()).or_insert_with(|| Channel {
-                    waiters: 0,
-                    named: HashMap::new(),
-                    last: Vec::new(),
-                });
-                entry.waiters += 1;
-                entry.named.insert(member.to_string(), Arc::clone(&mine));
-                if entry.waiters == 1 {
-                    for sender in &senders {
-                        let (done, confirmed) = oneshot::channel();
-                        if sender.send(Command::Subscribe(name.clone(), done)).is_ok() {
-                            confirmations.push(confirmed);
-                        }
+            let mut waiters = self.shared.waiters();
+            let first = waiters.by_member.is_empty();
+            let waiter = Waiter {
+                wake: Arc::clone(&mine),
+                last: Vec::new(),
+            };
+            waiters.by_member.insert(Arc::clone(&member), waiter);
+            if first {
+                for sender in &senders {
+                    let (done, confirmed) = oneshot::channel();
+                    if sender.send(Command::Subscribe(done)).is_ok() {
+                        confirmations.push(confirmed);
                     }
                 }
             }
@@ -312,7 +355,6 @@ impl Handoff {
         Subscription {
             handoff: Arc::downgrade(&self.shared),
             senders,
-            channels: names,
             nodes: Arc::clone(nodes),
             queues: resources.iter().map(|r| queue(r)).collect(),
             place: u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX),
@@ -338,6 +380,7 @@ impl Handoff {
                     Arc::clone(nodes),
                     i,
                     Arc::downgrade(&self.shared),
+                    self.shared.channel.clone(),
                     commands,
                 ));
                 tasks[i] = Some(sender.clone());
@@ -354,6 +397,7 @@ async fn subscriber(
     nodes: Arc<[Node]>,
     index: usize,
     shared: Weak<Shared>,
+    channel: String,
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let node = &nodes[index];
@@ -371,11 +415,11 @@ async fn subscriber(
             continue;
         };
         let (mut sink, mut stream) = pubsub.split();
-        let current: Vec<String> = match shared.upgrade() {
-            Some(shared) => shared.channels().keys().cloned().collect(),
+        let waiting = match shared.upgrade() {
+            Some(shared) => !shared.waiters().by_member.is_empty(),
             None => return,
         };
-        if !current.is_empty() && sink.subscribe(&current).await.is_err() {
+        if waiting && sink.subscribe(&channel).await.is_err() {
             // E.g. no channel permission: retry at the reconnect pace.
             tokio::time::sleep(RESUBSCRIBE_DELAY).await;
             continue;
@@ -392,14 +436,14 @@ async fn subscriber(
                 }
                 command = commands.recv() => match command {
                     None => return,
-                    Some(Command::Subscribe(name, done)) => {
-                        if sink.subscribe(&name).await.is_err() {
+                    Some(Command::Subscribe(done)) => {
+                        if sink.subscribe(&channel).await.is_err() {
                             break;
                         }
                         let _ = done.send(());
                     }
-                    Some(Command::Unsubscribe(name)) => {
-                        if sink.unsubscribe(&name).await.is_err() {
+                    Some(Command::Unsubscribe) => {
+                        if sink.unsubscribe(&channel).await.is_err() {
                             break;
                         }
                     }

@@ -12,7 +12,7 @@ use crate::builder::{Config, RedlockBuilder};
 use crate::error::{Error, Result};
 use crate::fence;
 use crate::guard::{Guard, release_all};
-use crate::handoff::{QueueEntry, Subscription};
+use crate::handoff::{self, QueueEntry, Subscription};
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
 use crate::watchdog::Held;
@@ -164,15 +164,18 @@ impl Redlock {
         let mut named = false;
         loop {
             attempts += 1;
-            // Not after a named wake-up: if that attempt loses, the waiter
-            // registers again explicitly, before it waits.
+            // Also after a named wake-up: if that attempt loses, the same
+            // command put the waiter back in its old place.
             let entry = subscription
                 .as_mut()
-                .filter(|_| folded && !named)
+                .filter(|_| folded)
                 .and_then(Subscription::entry);
             let error = match self.attempt(&resources, ttl, entry.as_ref()).await {
                 Ok(guard) => {
-                    if let Some(subscription) = subscription.as_mut().filter(|_| named) {
+                    // Off every queue: a queueing attempt leaves them itself
+                    // (see `attempt`), and the releases that named this
+                    // waiter popped it.
+                    if let Some(subscription) = subscription.as_mut().filter(|_| named || entry.is_some()) {
                         subscription.served();
                     }
                     return Ok(guard);
@@ -198,7 +201,7 @@ impl Redlock {
                 subscription = Some(joined);
                 continue;
             }
-            if let Some(subscription) = subscription.as_mut().filter(|_| named) {
+            if let Some(subscription) = subscription.as_mut().filter(|_| named && !folded) {
                 // Named by a release, but someone else got there first: back
                 // to our old place at the front of the queue.
                 subscription.register().await;
@@ -361,6 +364,12 @@ impl Redlock {
             match (fence, quorum::validity(ttl, elapsed, drift)) {
                 (Ok(fence), Some(left)) if left >= min => {
                     tracing::debug!(resources = ?keys, granted = tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
+                    if let Some(entry) = queue {
+                        // The nodes that granted took the waiter off their
+                        // queue in the same call; the others (refused, or not
+                        // answered yet) may still list it.
+                        handoff::leave(nodes, entry, &tally.granted_by, valid_until).await;
+                    }
                     let held = Held::new(
                         resources.clone(),
                         token,

@@ -92,27 +92,29 @@ fn all() -> [&'static Script; 12] {
     ]
 }
 
-/// The Lua function `announce(key, token)` that [`RELEASE`] and [`BATCH`]
-/// call after deleting a lock key: it wakes the next waiter (see
+/// The Lua function `announce(key, token, now_ms)` that [`RELEASE`] and
+/// [`BATCH`] call after deleting a lock key: it wakes the next waiter (see
 /// `crate::handoff`).
 ///
 /// Waiters queue per resource in the sorted set `quorumlock:waiters:<key>`
 /// (see [`REGISTER`]), ordered by the time they started waiting; a member is
-/// `<deadline in unix ms>:<waiter id>`. The release pops the head, skipping
-/// entries whose deadline passed (their waiter gave up or died) by the
-/// releasing client's clock `now_ms` (the clocks of the waiter and the
-/// releaser may differ by up to the queue margin of `crate::handoff`; the
-/// client's clock saves a `TIME` call on every release), and publishes
-/// `<token> <member>` on `quorumlock:released:<key>`. Every subscriber hears
-/// it, but only the named waiter retries at once: one attempt per release
-/// instead of one per waiting process. With no one queued it publishes
-/// nothing: a waiter queues (or takes the lock) on a node before it relies
-/// on messages from it, so a message could only wake a waiter whose own
-/// attempt is still to come and will find the key free; this saves the
-/// uncontended release a `PUBLISH`. The popped waiter re-registers (same place) if someone
-/// else got the lock first. Everything here is best effort (`pcall`): a user
-/// without channel permission, or a foreign key of another type under the
-/// queue's name, still releases, and waiters fall back to polling.
+/// `<deadline in unix ms>:<client id>:<waiter id>`. The release pops the
+/// head, skipping entries whose deadline passed (their waiter gave up or
+/// died) by the releasing client's clock `now_ms` (the clocks of the waiter
+/// and the releaser may differ by up to the queue margin of
+/// `crate::handoff`; the client's clock saves a `TIME` call on every
+/// release), and publishes `<token> <member>` on the channel of the waiter's
+/// client, `quorumlock:wake:<client id>`: one message per release, heard
+/// only by the client of the one waiter that is to retry. With no one queued
+/// it publishes nothing: a waiter queues (or takes the lock) on a node before
+/// it relies on messages from it, so a message could only wake a waiter
+/// whose own attempt is still to come and will find the key free; this
+/// saves the uncontended release a `PUBLISH`. The popped waiter re-registers
+/// (same place) if someone else got the lock first. Everything here is best
+/// effort (`pcall`): a user without channel permission, or a foreign key of
+/// another type under the queue's name, still releases, and waiters fall
+/// back to polling. An entry not of this form is dropped like an expired
+/// one.
 ///
 /// The queue key is not declared in `KEYS`: the nodes are independent
 /// masters, not Redis Cluster members (see `crate::batch`).
@@ -124,9 +126,9 @@ local function announce(key, token, now_ms)
   local head = redis.pcall('ZPOPMIN', queue)
   if type(head) ~= 'table' then return end
   while head[1] do
-    local deadline = tonumber(string.match(head[1], '^(%d+):'))
-    if deadline and deadline >= now_ms then
-      redis.pcall('PUBLISH', 'quorumlock:released:' .. key, token .. ' ' .. head[1])
+    local deadline, client = string.match(head[1], '^(%d+):(%x+):')
+    if client and tonumber(deadline) >= now_ms then
+      redis.pcall('PUBLISH', 'quorumlock:wake:' .. client, token .. ' ' .. head[1])
       return
     end
     head = redis.call('ZPOPMIN', queue)
@@ -180,16 +182,23 @@ return n
 }
 
 script! {
-    /// `SET NX PX` for one key, and when the key is held, the waiter's
-    /// registration in its queue (as [`REGISTER`] does) in the same call: a
-    /// waiter's attempts cost one command per node, queueing included.
+    /// A waiter's attempt: `SET NX PX` for one key; when set, the waiter leaves
+    /// the key's queue on this node, and when the key is held, it keeps or
+    /// takes its place in the queue (as [`REGISTER`] does), all in the same
+    /// call: a waiter's attempts cost one command per node, queueing and
+    /// leaving included, and a node whose releases lag behind the others
+    /// (so that it had not popped this waiter yet) is cleaned up by the
+    /// waiter's own grant there.
     ///
     /// KEYS: the key, its queue key; ARGV: token, ttl in ms, the waiter's place,
     /// member and queue ttl in ms. Returns 1 when set, 0 when held (queued).
     ACQUIRE_OR_QUEUE = concat!(
     stretch_lua!(),
     r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.pcall('ZREM', KEYS[2], ARGV[4])
+  return 1
+end
 if redis.pcall('ZADD', KEYS[2], 'NX', ARGV[3], ARGV[4]) == 1 then
   stretch(KEYS[2], ARGV[5])
 end

@@ -161,7 +161,10 @@ fn extend_moves_the_validity() {
     guard.extend(Duration::from_secs(20)).unwrap();
     assert!(guard.valid_until() > before + Duration::from_secs(10));
     // extend returns at a majority; the last node may still be on its way.
-    let extended = nodes.iter().filter(|n| pttl(n, "blocking:extend") > 10_000).count();
+    let extended = nodes
+        .iter()
+        .filter(|n| pttl(n, "blocking:extend") > 10_000)
+        .count();
     assert!(extended >= 2, "a majority has the new ttl: {extended}");
     assert!(!guard.wait_lost(Duration::from_millis(50)).unwrap());
     guard.release().unwrap();

@@ -16,16 +16,29 @@ use tokio::time::Instant;
 /// notification: the first poll of a waiter comes after >= 125 ms.
 const SLOW_POLL: Duration = Duration::from_secs(2);
 
-fn numsub(server: &RedisServer, resource: &str) -> i64 {
-    let reply = server
-        .command(&["PUBSUB", "NUMSUB", &format!("quorumlock:released:{resource}")])
-        .unwrap();
-    // *2\r\n$N\r\n<channel>\r\n:<count>\r\n
-    reply
+/// Pub/sub subscriptions of quorumlock clients on `server`: one per client
+/// that has waiters (on its channel `quorumlock:wake:<client id>`), none
+/// per waiter or per resource.
+fn subscriptions(server: &RedisServer) -> i64 {
+    let reply = server.command(&["PUBSUB", "CHANNELS", "quorumlock:*"]).unwrap();
+    // *N\r\n then $len\r\n<channel>\r\n for each channel.
+    let channels: Vec<&str> = reply
         .lines()
-        .find_map(|l| l.strip_prefix(':'))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("PUBSUB NUMSUB reply {reply:?}"))
+        .filter(|l| !l.starts_with('*') && !l.starts_with('$'))
+        .collect();
+    channels
+        .iter()
+        .map(|channel| {
+            assert!(channel.starts_with("quorumlock:wake:"), "{channel}");
+            let reply = server.command(&["PUBSUB", "NUMSUB", channel]).unwrap();
+            // *2\r\n$N\r\n<channel>\r\n:<count>\r\n
+            reply
+                .lines()
+                .find_map(|l| l.strip_prefix(':'))
+                .and_then(|n| n.trim().parse::<i64>().ok())
+                .unwrap_or_else(|| panic!("PUBSUB NUMSUB reply {reply:?}"))
+        })
+        .sum()
 }
 
 /// Waiters queued for `resource` on `server`.
@@ -185,7 +198,7 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
         eventually(
             "every node has the waiters' subscription",
             Duration::from_secs(5),
-            || numsub(server, "shared") == 1,
+            || subscriptions(server) == 1,
         )
         .await;
     }
@@ -195,7 +208,7 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
             queued(server, "shared") == 5
         })
         .await;
-        assert_eq!(numsub(server, "shared"), 1);
+        assert_eq!(subscriptions(server), 1);
     }
     // Cancelled waiters unsubscribe and leave the queue.
     for waiter in &waiters {
@@ -203,7 +216,7 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
     }
     for server in &servers {
         eventually("the channel is unsubscribed", Duration::from_secs(5), || {
-            numsub(server, "shared") == 0
+            subscriptions(server) == 0
         })
         .await;
         eventually("the queue is empty", Duration::from_secs(5), || {
@@ -218,7 +231,7 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
     });
     for server in &servers {
         eventually("the new waiter subscribed", Duration::from_secs(5), || {
-            numsub(server, "shared") == 1
+            subscriptions(server) == 1
         })
         .await;
     }
@@ -226,7 +239,7 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
     next.await.unwrap().unwrap().release().await.unwrap();
     for server in &servers {
         eventually("no subscription is left", Duration::from_secs(5), || {
-            numsub(server, "shared") == 0
+            subscriptions(server) == 0
         })
         .await;
     }
@@ -270,6 +283,16 @@ async fn each_release_wakes_only_the_first_waiter_in_line() {
         }
     }
     let sets_before: Vec<u64> = servers.iter().map(|s| calls(s, "set")).collect();
+    // Every wake-up the nodes publish, as a subscriber to all channels hears it.
+    let mut connections: Vec<redis::Connection> = servers
+        .iter()
+        .map(|s| redis::Client::open(s.url()).unwrap().get_connection().unwrap())
+        .collect();
+    // (A `PubSub` unsubscribes when dropped: keep them.)
+    let mut watchers: Vec<redis::PubSub> = connections.iter_mut().map(|c| c.as_pubsub()).collect();
+    for watcher in &mut watchers {
+        watcher.psubscribe("quorumlock:*").unwrap();
+    }
     let started = Instant::now();
     guard.release().await.unwrap();
     for waiter in waiters {
@@ -288,6 +311,29 @@ async fn each_release_wakes_only_the_first_waiter_in_line() {
         // One SET per hand-off: only the named waiter tried.
         assert_eq!(calls(server, "set") - before, 6, "one attempt per hand-off");
     }
+    // Each wake-up goes to the channel of the named waiter's client only,
+    // and every waiter was named (by at least one node; a node whose
+    // release lagged behind may have named no one): six clients, six
+    // channels.
+    let mut clients = std::collections::HashSet::new();
+    for watcher in &mut watchers {
+        watcher
+            .set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        // Everything was published before the waiters returned.
+        while let Ok(message) = watcher.get_message() {
+            let payload: String = message.get_payload().unwrap();
+            let (_token, member) = payload.split_once(' ').expect("<token> <member>");
+            let client = member.split(':').nth(1).expect("<deadline>:<client>:<waiter>");
+            assert_eq!(message.get_channel_name(), format!("quorumlock:wake:{client}"));
+            clients.insert(client.to_owned());
+        }
+    }
+    assert_eq!(
+        clients.len(),
+        6,
+        "every waiter's client was woken on its own channel"
+    );
     all_empty(&servers, Duration::from_secs(5)).await;
 }
 
@@ -347,7 +393,7 @@ async fn a_release_without_notification_is_still_picked_up_by_polling() {
     let waiter = tokio::spawn(async move { redlock.lock("legacy", Duration::from_secs(10)).await });
     for server in &servers {
         eventually("the waiter subscribed", Duration::from_secs(5), || {
-            numsub(server, "legacy") == 1
+            subscriptions(server) == 1
         })
         .await;
     }
@@ -382,17 +428,13 @@ async fn a_node_that_drops_the_subscription_is_resubscribed() {
         .unwrap();
     let waiter = tokio::spawn(async move { redlock.lock("resub", Duration::from_secs(10)).await });
     eventually("subscribed", Duration::from_secs(5), || {
-        numsub(&servers[0], "resub") == 1
+        subscriptions(&servers[0]) == 1
     })
     .await;
     servers[0].restart();
-    assert_eq!(
-        numsub(&servers[0], "resub"),
-        0,
-        "a fresh server has no subscribers"
-    );
+    assert_eq!(subscriptions(&servers[0]), 0, "a fresh server has no subscribers");
     eventually("resubscribed after the restart", Duration::from_secs(5), || {
-        numsub(&servers[0], "resub") == 1
+        subscriptions(&servers[0]) == 1
     })
     .await;
     // The holder still has a majority (nodes 1 and 2); its release reaches the waiter.
@@ -405,4 +447,67 @@ async fn a_node_that_drops_the_subscription_is_resubscribed() {
         released.elapsed()
     );
     next.release().await.unwrap();
+}
+
+/// A waiter that takes the lock leaves the queue on every node at once, also
+/// on a node where the previous holder's release is still on its way (so
+/// that the node refused the waiter and still lists it): the queues never
+/// keep a waiter that is served.
+#[tokio::test]
+async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag() {
+    let servers = start_nodes(3);
+    // The holder reaches the third node through a proxy that will delay its
+    // release there; the waiter talks to every node directly.
+    let proxy = Proxy::start(servers[2].port());
+    let holder = Redlock::builder()
+        .nodes([servers[0].url(), servers[1].url(), proxy.url()])
+        .node_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let guard = holder
+        .try_lock("lag", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    eventually("the holder holds every node", Duration::from_secs(5), || {
+        servers.iter().all(|s| get(s, "lag").is_some())
+    })
+    .await;
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move {
+        let guard = redlock.lock("lag", Duration::from_secs(10)).await.unwrap();
+        (redlock, guard)
+    });
+    for server in &servers {
+        eventually("the waiter queued", Duration::from_secs(5), || {
+            queued(server, "lag") == 1
+        })
+        .await;
+    }
+    let old = guard.token().to_owned();
+    let lag = Duration::from_secs(2);
+    proxy.set_latency(lag);
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let (_redlock, guard) = waiter.await.unwrap();
+    // Served by a message from the first two nodes; the third still holds
+    // the old lock and refused.
+    assert_eq!(get(&servers[2], "lag"), Some(old), "the release there lags");
+    assert_eq!(get(&servers[0], "lag").as_deref(), Some(guard.token()));
+    for server in &servers {
+        eventually("the waiter left the queue", Duration::from_secs(1), || {
+            queued(server, "lag") == 0
+        })
+        .await;
+    }
+    assert!(
+        released.elapsed() < lag,
+        "checked before the lagging release arrived"
+    );
+    drop(proxy);
+    guard.release().await.unwrap();
 }
