@@ -84,15 +84,20 @@ pub(crate) struct QueueEntry {
     pub(crate) ttl_ms: u128,
 }
 
-/// Takes the waiter of `entry` off its queues on every node not in
-/// `granted`, after an attempt that carried the entry took the lock: the
-/// nodes that granted left the queue in the same call
-/// (`scripts::ACQUIRE_OR_QUEUE`); the others refused (and kept the waiter
-/// in line) or had not answered yet. Not awaited (see `quorum::send_all`);
-/// each removal runs after the attempt on its node's connection.
-pub(crate) async fn leave(nodes: &Arc<[Node]>, entry: &QueueEntry, granted: &[usize], finish_by: Instant) {
-    let others: Vec<usize> = (0..nodes.len()).filter(|i| !granted.contains(i)).collect();
-    unregister(nodes, &entry.queues, &entry.member, &others, finish_by).await;
+/// Takes the waiter of `entry` off its queues on the nodes that `refused`
+/// an attempt that carried the entry and still took the lock (a majority
+/// granted): a refusing node kept the waiter in line, typically because the
+/// previous holder's release had not reached it yet. The nodes that granted
+/// left the queue in the same call (`scripts::ACQUIRE_OR_QUEUE`). A node
+/// still to answer when the lock was taken is not sent anything: it usually
+/// grants (and so leaves), and if it refuses, the stale entry is at the head
+/// of its queue, where the late release that made it refuse pops it (or its
+/// deadline drops it). Sending every such node a removal would cost two
+/// more commands per hand-off for that rare case. Not awaited (see
+/// `quorum::send_all`); each removal runs after the attempt on its node's
+/// connection.
+pub(crate) async fn leave(nodes: &Arc<[Node]>, entry: &QueueEntry, refused: &[usize], finish_by: Instant) {
+    unregister(nodes, &entry.queues, &entry.member, refused, finish_by).await;
 }
 
 /// Sends `scripts::UNREGISTER` of `member` from `queues` to the nodes

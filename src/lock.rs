@@ -366,9 +366,9 @@ impl Redlock {
                     tracing::debug!(resources = ?keys, granted = tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
                     if let Some(entry) = queue {
                         // The nodes that granted took the waiter off their
-                        // queue in the same call; the others (refused, or not
-                        // answered yet) may still list it.
-                        handoff::leave(nodes, entry, &tally.granted_by, valid_until).await;
+                        // queue in the same call; those that refused still
+                        // list it.
+                        handoff::leave(nodes, entry, &tally.refused_by, valid_until).await;
                     }
                     let held = Held::new(
                         resources.clone(),

@@ -50,8 +50,6 @@ pub(crate) enum Until {
 pub(crate) struct Tally {
     /// Nodes that confirmed the operation.
     pub(crate) ok: usize,
-    /// Which nodes those were (by index).
-    pub(crate) granted_by: Vec<usize>,
     /// Nodes that answered "no" (the key is someone else's, or gone).
     pub(crate) refused: usize,
     /// Which nodes those were (by index).
@@ -280,10 +278,7 @@ where
     };
     gather(nodes, deadline, finish_by, op, |i, outcome| {
         match outcome.and_then(Answer::answer) {
-            Ok(true) => {
-                tally.ok += 1;
-                tally.granted_by.push(i);
-            }
+            Ok(true) => tally.ok += 1,
             Ok(false) => {
                 tally.refused += 1;
                 tally.refused_by.push(i);

@@ -450,15 +450,19 @@ async fn a_node_that_drops_the_subscription_is_resubscribed() {
 }
 
 /// A waiter that takes the lock leaves the queue on every node at once, also
-/// on a node where the previous holder's release is still on its way (so
-/// that the node refused the waiter and still lists it): the queues never
+/// on a node that refused it because the previous holder's release is still
+/// on its way there (so that it still lists the waiter): the queues do not
 /// keep a waiter that is served.
 #[tokio::test]
 async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag() {
     let servers = start_nodes(3);
     // The holder reaches the third node through a proxy that will delay its
-    // release there; the waiter talks to every node directly.
+    // release there. The waiter reaches the first node through a proxy with
+    // 50 ms each way, so that the third node's refusal is in before the
+    // first node's grant completes the waiter's majority.
     let proxy = Proxy::start(servers[2].port());
+    let slow = Proxy::start(servers[0].port());
+    slow.set_latency(Duration::from_millis(50));
     let holder = Redlock::builder()
         .nodes([servers[0].url(), servers[1].url(), proxy.url()])
         .node_timeout(Duration::from_millis(500))
@@ -473,7 +477,9 @@ async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag
         servers.iter().all(|s| get(s, "lag").is_some())
     })
     .await;
-    let redlock = builder(&servers)
+    let redlock = Redlock::builder()
+        .nodes([slow.url(), servers[1].url(), servers[2].url()])
+        .node_timeout(Duration::from_millis(500))
         .retry_delay(SLOW_POLL)
         .wait(Duration::from_secs(60))
         .build()
