@@ -16,7 +16,7 @@
 //! first wait, kept while the client lives, re-established and resubscribed
 //! after the node drops it) and subscribes its one channel there while it
 //! has waiters, reference-counted: nothing per waiter or per resource, and
-//! nothing subscribed when no one waits. The same release heard from several
+//! nothing subscribed once no one has waited for a second (see [`LINGER`]). The same release heard from several
 //! nodes is folded into one wake-up. A named waiter that loses the race (to
 //! a caller that did not queue) takes its old place again.
 //!
@@ -47,6 +47,16 @@ const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(100);
 /// network path); the check bounds how long waiters miss notifications from
 /// that node (they keep polling meanwhile).
 const PUBSUB_PING: Duration = Duration::from_secs(1);
+
+/// How long a client stays subscribed after its last waiter left. A client
+/// that waits again soon (a worker taking its next job, a holder queueing
+/// again right after its release) would otherwise send `UNSUBSCRIBE` and
+/// `SUBSCRIBE` to every node, and its first waiter would wait for the
+/// nodes' confirmation before its first queued attempt. With 16 clients
+/// taking turns that churn was 6 of the 21 requests per hand-off. One
+/// second is far longer than a hand-off and short enough that nothing
+/// stays subscribed for long once no one waits.
+const LINGER: Duration = Duration::from_secs(1);
 
 /// How much longer than its waiter a queue entry lives: covers the clock
 /// difference between the waiting client, which sets an entry's deadline,
@@ -395,6 +405,14 @@ impl Handoff {
     }
 }
 
+/// Completes at `at`, or never for `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// One node's pub/sub connection: applies subscribe commands, delivers
 /// messages, and reconnects and resubscribes when the connection drops. Ends
 /// when the client is gone.
@@ -424,6 +442,10 @@ async fn subscriber(
             Some(shared) => !shared.waiters().by_member.is_empty(),
             None => return,
         };
+        // Whether the channel is subscribed on this connection, and until
+        // when it stays so with no waiter (see [`LINGER`]).
+        let mut subscribed = waiting;
+        let mut linger_until: Option<Instant> = None;
         if waiting && sink.subscribe(&channel).await.is_err() {
             // E.g. no channel permission: retry at the reconnect pace.
             tokio::time::sleep(RESUBSCRIBE_DELAY).await;
@@ -439,17 +461,33 @@ async fn subscriber(
                         break;
                     }
                 }
+                () = sleep_until_some(linger_until) => {
+                    linger_until = None;
+                    let idle = shared.upgrade().is_none_or(|shared| shared.waiters().by_member.is_empty());
+                    // A waiter that joined meanwhile keeps the subscription
+                    // (its Subscribe, still queued, is confirmed at once).
+                    if idle {
+                        subscribed = false;
+                        if sink.unsubscribe(&channel).await.is_err() {
+                            break;
+                        }
+                    }
+                }
                 command = commands.recv() => match command {
                     None => return,
                     Some(Command::Subscribe(done)) => {
-                        if sink.subscribe(&channel).await.is_err() {
-                            break;
+                        linger_until = None;
+                        if !subscribed {
+                            if sink.subscribe(&channel).await.is_err() {
+                                break;
+                            }
+                            subscribed = true;
                         }
                         let _ = done.send(());
                     }
                     Some(Command::Unsubscribe) => {
-                        if sink.unsubscribe(&channel).await.is_err() {
-                            break;
+                        if subscribed {
+                            linger_until = Some(Instant::now() + LINGER);
                         }
                     }
                 },

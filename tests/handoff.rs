@@ -517,3 +517,72 @@ async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag
     drop(proxy);
     guard.release().await.unwrap();
 }
+
+/// A client whose last waiter just got its lock, and that waits again right
+/// away (here on another resource), keeps its subscription instead of
+/// unsubscribing and subscribing again on every node; a moment after no one
+/// waits, nothing is subscribed.
+#[tokio::test]
+async fn a_client_that_waits_again_soon_keeps_its_subscription() {
+    let servers = start_nodes(3);
+    let holder = client(&servers);
+    let first = holder
+        .try_lock("again:a", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let second = holder
+        .try_lock("again:b", Duration::from_secs(30))
+        .await
+        .unwrap()
+        .unwrap();
+    let redlock = builder(&servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.lock("again:a", Duration::from_secs(10)).await.unwrap() }
+    });
+    for server in &servers {
+        eventually("the waiter queued", Duration::from_secs(5), || {
+            queued(server, "again:a") == 1
+        })
+        .await;
+    }
+    let subscribes: Vec<u64> = servers.iter().map(|s| calls(s, "subscribe")).collect();
+    assert_eq!(subscribes, vec![1, 1, 1], "one subscription per node");
+    first.release().await.unwrap();
+    let a = waiter.await.unwrap();
+    // The client's last waiter is gone; it waits again at once.
+    let waiter = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.lock("again:b", Duration::from_secs(10)).await.unwrap() }
+    });
+    for server in &servers {
+        eventually("the waiter queued", Duration::from_secs(5), || {
+            queued(server, "again:b") == 1
+        })
+        .await;
+    }
+    let started = Instant::now();
+    second.release().await.unwrap();
+    let b = waiter.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_millis(200),
+        "woken by a message"
+    );
+    for server in &servers {
+        assert_eq!(calls(server, "subscribe"), 1, "not subscribed again");
+        assert_eq!(calls(server, "unsubscribe"), 0, "not unsubscribed meanwhile");
+    }
+    a.release().await.unwrap();
+    b.release().await.unwrap();
+    for server in &servers {
+        eventually("nothing subscribed", Duration::from_secs(5), || {
+            subscriptions(server) == 0
+        })
+        .await;
+    }
+}
