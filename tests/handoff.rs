@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::Redlock;
+use quorumlock::{Guard, Redlock};
 use support::*;
 use tokio::time::Instant;
 
@@ -45,6 +45,32 @@ fn subscriptions(server: &RedisServer) -> i64 {
 fn queued(server: &RedisServer, resource: &str) -> usize {
     let count = int(server, &["ZCARD", &format!("quorumlock:waiters:{resource}")]);
     usize::try_from(count).expect("ZCARD is never negative")
+}
+
+/// A waiting client whose polls are so slow (see [`SLOW_POLL`]) that a fast
+/// hand-off can only come from a message.
+fn slow_poller(servers: &[RedisServer]) -> Redlock {
+    builder(servers)
+        .retry_delay(SLOW_POLL)
+        .wait(Duration::from_secs(60))
+        .build()
+        .unwrap()
+}
+
+/// Takes `resource`, which must be free, for 30 s.
+async fn hold(redlock: &Redlock, resource: &str) -> Guard {
+    redlock
+        .try_lock(resource, Duration::from_secs(30))
+        .await
+        .unwrap()
+        .expect("the resource is free")
+}
+
+/// Waits until `count` waiters are queued for `resource` on every node.
+async fn until_queued(servers: &[RedisServer], resource: &str, count: usize, what: &str) {
+    for server in servers {
+        eventually(what, Duration::from_secs(5), || queued(server, resource) == count).await;
+    }
 }
 
 /// Runs `waiters` tasks that take turns on one resource for `rounds` each; a
@@ -104,11 +130,7 @@ fn summary(gaps: &[Duration]) -> (Duration, Duration) {
 #[tokio::test]
 async fn sixteen_waiters_of_one_client_get_each_release_far_below_the_polling_delay() {
     let servers = start_nodes(3);
-    let redlock = builder(&servers)
-        .retry_delay(SLOW_POLL)
-        .wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let redlock = slow_poller(&servers);
     let (gaps, counts) = take_turns(vec![redlock; 16], 4).await;
     let (p50, p90) = summary(&gaps);
     println!(
@@ -123,15 +145,7 @@ async fn sixteen_waiters_of_one_client_get_each_release_far_below_the_polling_de
 #[tokio::test]
 async fn sixteen_waiters_with_their_own_clients_get_each_release_far_below_the_polling_delay() {
     let servers = start_nodes(3);
-    let clients = (0..16)
-        .map(|_| {
-            builder(&servers)
-                .retry_delay(SLOW_POLL)
-                .wait(Duration::from_secs(60))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    let clients = (0..16).map(|_| slow_poller(&servers)).collect();
     let (gaps, _) = take_turns(clients, 3).await;
     let (p50, p90) = summary(&gaps);
     println!(
@@ -145,11 +159,7 @@ async fn sixteen_waiters_with_their_own_clients_get_each_release_far_below_the_p
 #[tokio::test]
 async fn no_waiter_starves_over_many_rounds() {
     let servers = start_nodes(3);
-    let redlock = builder(&servers)
-        .retry_delay(SLOW_POLL)
-        .wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let redlock = slow_poller(&servers);
     let counts = Arc::new(Mutex::new(vec![0usize; 8]));
     let stop = Instant::now() + Duration::from_secs(2);
     let tasks: Vec<_> = (0..8)
@@ -178,16 +188,8 @@ async fn no_waiter_starves_over_many_rounds() {
 async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
     let servers = start_nodes(3);
     let holder = client(&servers);
-    let guard = holder
-        .try_lock("shared", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    let redlock = builder(&servers)
-        .retry_delay(SLOW_POLL)
-        .wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let guard = hold(&holder, "shared").await;
+    let redlock = slow_poller(&servers);
     let waiters: Vec<_> = (0..5)
         .map(|_| {
             let redlock = redlock.clone();
@@ -255,19 +257,11 @@ async fn waiters_share_one_subscription_per_node_and_leave_none_behind() {
 async fn each_release_wakes_only_the_first_waiter_in_line() {
     let servers = start_nodes(3);
     let holder = client(&servers);
-    let guard = holder
-        .try_lock("line", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = hold(&holder, "line").await;
     let order: Arc<Mutex<Vec<usize>>> = Arc::default();
     let mut waiters = Vec::new();
     for i in 0..6 {
-        let redlock = builder(&servers)
-            .retry_delay(SLOW_POLL)
-            .wait(Duration::from_secs(60))
-            .build()
-            .unwrap();
+        let redlock = slow_poller(&servers);
         let order = Arc::clone(&order);
         waiters.push(tokio::spawn(async move {
             let guard = redlock.lock("line", Duration::from_secs(10)).await.unwrap();
@@ -275,12 +269,7 @@ async fn each_release_wakes_only_the_first_waiter_in_line() {
             guard.release().await.unwrap();
         }));
         // The next waiter comes after this one is in line on every node.
-        for server in &servers {
-            eventually("the waiter queued", Duration::from_secs(5), || {
-                queued(server, "line") == i + 1
-            })
-            .await;
-        }
+        until_queued(&servers, "line", i + 1, "the waiter queued").await;
     }
     let sets_before: Vec<u64> = servers.iter().map(|s| calls(s, "set")).collect();
     // Every wake-up the nodes publish, as a subscriber to all channels hears it.
@@ -344,21 +333,13 @@ async fn each_release_wakes_only_the_first_waiter_in_line() {
 async fn a_release_skips_waiters_whose_deadline_passed() {
     let servers = start_nodes(3);
     let holder = client(&servers);
-    let guard = holder
-        .try_lock("stale", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = hold(&holder, "stale").await;
     for server in &servers {
         // First in line (place 1), deadline in 1970.
         let queue = "quorumlock:waiters:stale";
         assert_eq!(int(server, &["ZADD", queue, "1", "1000:deadbeef"]), 1);
     }
-    let redlock = builder(&servers)
-        .retry_delay(SLOW_POLL)
-        .wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let redlock = slow_poller(&servers);
     let waiter = tokio::spawn(async move { redlock.lock("stale", Duration::from_secs(10)).await });
     for server in &servers {
         eventually(
@@ -416,16 +397,8 @@ async fn a_release_without_notification_is_still_picked_up_by_polling() {
 async fn a_node_that_drops_the_subscription_is_resubscribed() {
     let mut servers = start_nodes(3);
     let holder = client(&servers);
-    let guard = holder
-        .try_lock("resub", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    let redlock = builder(&servers)
-        .retry_delay(SLOW_POLL)
-        .wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let guard = hold(&holder, "resub").await;
+    let redlock = slow_poller(&servers);
     let waiter = tokio::spawn(async move { redlock.lock("resub", Duration::from_secs(10)).await });
     eventually("subscribed", Duration::from_secs(5), || {
         subscriptions(&servers[0]) == 1
@@ -468,11 +441,7 @@ async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag
         .node_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    let guard = holder
-        .try_lock("lag", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
+    let guard = hold(&holder, "lag").await;
     eventually("the holder holds every node", Duration::from_secs(5), || {
         servers.iter().all(|s| get(s, "lag").is_some())
     })
@@ -488,12 +457,7 @@ async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag
         let guard = redlock.lock("lag", Duration::from_secs(10)).await.unwrap();
         (redlock, guard)
     });
-    for server in &servers {
-        eventually("the waiter queued", Duration::from_secs(5), || {
-            queued(server, "lag") == 1
-        })
-        .await;
-    }
+    until_queued(&servers, "lag", 1, "the waiter queued").await;
     let old = guard.token().to_owned();
     let lag = Duration::from_secs(2);
     proxy.set_latency(lag);
@@ -526,31 +490,14 @@ async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag
 async fn a_client_that_waits_again_soon_keeps_its_subscription() {
     let servers = start_nodes(3);
     let holder = client(&servers);
-    let first = holder
-        .try_lock("again:a", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    let second = holder
-        .try_lock("again:b", Duration::from_secs(30))
-        .await
-        .unwrap()
-        .unwrap();
-    let redlock = builder(&servers)
-        .retry_delay(SLOW_POLL)
-        .wait(Duration::from_secs(60))
-        .build()
-        .unwrap();
+    let first = hold(&holder, "again:a").await;
+    let second = hold(&holder, "again:b").await;
+    let redlock = slow_poller(&servers);
     let waiter = tokio::spawn({
         let redlock = redlock.clone();
         async move { redlock.lock("again:a", Duration::from_secs(10)).await.unwrap() }
     });
-    for server in &servers {
-        eventually("the waiter queued", Duration::from_secs(5), || {
-            queued(server, "again:a") == 1
-        })
-        .await;
-    }
+    until_queued(&servers, "again:a", 1, "the waiter queued").await;
     let subscribes: Vec<u64> = servers.iter().map(|s| calls(s, "subscribe")).collect();
     assert_eq!(subscribes, vec![1, 1, 1], "one subscription per node");
     first.release().await.unwrap();
@@ -560,12 +507,7 @@ async fn a_client_that_waits_again_soon_keeps_its_subscription() {
         let redlock = redlock.clone();
         async move { redlock.lock("again:b", Duration::from_secs(10)).await.unwrap() }
     });
-    for server in &servers {
-        eventually("the waiter queued", Duration::from_secs(5), || {
-            queued(server, "again:b") == 1
-        })
-        .await;
-    }
+    until_queued(&servers, "again:b", 1, "the waiter queued").await;
     let started = Instant::now();
     second.release().await.unwrap();
     let b = waiter.await.unwrap();
