@@ -334,9 +334,12 @@ impl Redlock {
         let deadline = start + self.config.node_timeout;
         // Fenced: each node's fence value, folded into a running maximum.
         let fence_floor = self.options.fenced.then(|| Arc::new(AtomicU64::new(0)));
+        // Shared by the per-node requests (a pointer each, not a copy: the
+        // request futures are kept small, see `Node::acquire`).
+        let shared_queue = queue.map(|entry| Arc::new(entry.clone()));
         let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
             let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
-            let (fence_floor, queue) = (fence_floor.clone(), queue.cloned());
+            let (fence_floor, queue) = (fence_floor.clone(), shared_queue.clone());
             async move {
                 nodes[i]
                     .acquire(
@@ -344,7 +347,7 @@ impl Redlock {
                         &token,
                         ttl,
                         fence_floor.as_deref(),
-                        queue.as_ref(),
+                        queue.as_deref(),
                     )
                     .await
             }

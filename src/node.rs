@@ -147,7 +147,9 @@ impl Node {
         if self.replica_ack.is_none() {
             return Ok((self.send::<Value>(cmd).await?.extract_error()?, Ok(())));
         }
-        let (mut replies, acked) = self.send_all_acked(vec![cmd]).await?;
+        // Boxed: replica mode only, and its pipeline future would double
+        // the size of every acquire's future.
+        let (mut replies, acked) = Box::pin(self.send_all_acked(vec![cmd])).await?;
         Ok((replies.pop().ok_or_else(wrong_reply_count)?, acked))
     }
 
@@ -200,6 +202,23 @@ impl Node {
             };
             return Ok(Ok(batch::submit(batcher, &self.conn, op).await? == 1));
         }
+        // Boxed: kept inline, the larger state of this path would be part of
+        // every acquire's future, batched ones included (each is built and
+        // boxed per node and attempt; above about 1 KB an allocation leaves
+        // the allocator's fast path).
+        Box::pin(self.acquire_direct(keys, token, ttl_ms, fence, queue)).await
+    }
+
+    /// [`Node::acquire`] as one command of its own (multi-key, fenced,
+    /// queueing, replica-acknowledged, or batching off).
+    async fn acquire_direct(
+        &self,
+        keys: &[String],
+        token: &str,
+        ttl_ms: u64,
+        fence: Option<&AtomicU64>,
+        queue: Option<&QueueEntry>,
+    ) -> RedisResult<Acked<bool>> {
         let cmd = if fence.is_some() {
             let fence_keys: Vec<String> = keys.iter().map(|k| crate::fence::fence_key(k)).collect();
             let mut cmd = scripts::FENCED_ACQUIRE.call();
@@ -246,7 +265,9 @@ impl Node {
                 // A grant the replicas may not have is no grant: take it
                 // back before the node is counted as failed, so that it
                 // keeps no key of ours even if the attempt succeeds.
-                if let Err(error) = self.release(keys, token).await {
+                // (Boxed: a rare path that would double the size of every
+                // acquire's future.)
+                if let Err(error) = Box::pin(self.release(keys, token)).await {
                     tracing::debug!(node = self.name(), %error, "release of an unacknowledged grant failed");
                 }
                 Ok(Err(missing))
@@ -406,21 +427,25 @@ impl Conn {
         let (generation, conn) = match &*slot {
             Some((generation, conn)) => (*generation, conn.clone()),
             None => {
-                // Boxed: the connect future is large (about 2 KB) and, kept
-                // inline, would be part of every request's future, which is
-                // built and moved on every lock operation.
-                let mut conn = Box::pin(
-                    self.client
-                        .get_multiplexed_async_connection_with_config(&self.config),
-                )
+                // Boxed: connecting and loading the scripts is a large
+                // future (kilobytes) that, kept inline, would be part of
+                // every request's future, which is built, boxed and moved on
+                // every lock operation; it runs once per connection. Still
+                // under the lock: nothing is handed to this connection before
+                // the scripts are there (see `crate::scripts`).
+                let conn = Box::pin(async {
+                    let mut conn = self
+                        .client
+                        .get_multiplexed_async_connection_with_config(&self.config)
+                        .await?;
+                    let load = scripts::load_all();
+                    let loaded: Vec<Value> = conn.send_packed_commands(&load, 0, load.len()).await?;
+                    match loaded.into_iter().find_map(|v| v.extract_error().err()) {
+                        Some(error) => Err(error),
+                        None => Ok(conn),
+                    }
+                })
                 .await?;
-                // Still under the lock: nothing is handed to this connection
-                // before the scripts are there (see `crate::scripts`).
-                let load = scripts::load_all();
-                let loaded: Vec<Value> = conn.send_packed_commands(&load, 0, load.len()).await?;
-                if let Some(error) = loaded.into_iter().find_map(|v| v.extract_error().err()) {
-                    return Err(error);
-                }
                 let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
                 *slot = Some((generation, conn.clone()));
                 (generation, conn)
