@@ -578,3 +578,30 @@ fn wrong_reply_count() -> redis::RedisError {
         "pipeline answered with the wrong number of replies",
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every lock operation builds one request future per node and boxes
+    /// it (see `quorum::gather`). glibc serves allocations of up to 1,032
+    /// bytes from a per-thread cache; larger ones take its general path,
+    /// which cost about 14 % of the client's CPU per cycle at N = 5 with
+    /// 64 tasks when these futures were 2-2.6 KB. The per-node closures of
+    /// `Redlock::attempt` and `release_all` add up to 96 bytes of captures
+    /// around these futures.
+    #[test]
+    fn request_futures_stay_within_the_allocators_fast_path() {
+        const LIMIT: usize = 1032 - 96;
+        let client = Client::open("redis://127.0.0.1:1/").expect("a valid URL");
+        let node = Node::new(client, Duration::from_secs(1));
+        let keys = vec!["k".to_owned()];
+        let acquire = node.acquire(&keys, "token", Duration::from_secs(1), None, None);
+        let release = node.release(&keys, "token");
+        let sizes = (size_of_val(&acquire), size_of_val(&release));
+        assert!(
+            sizes.0 <= LIMIT && sizes.1 <= LIMIT,
+            "acquire, release: {sizes:?} bytes"
+        );
+    }
+}
