@@ -16,9 +16,10 @@
 //! first wait, kept while the client lives, re-established and resubscribed
 //! after the node drops it) and subscribes its one channel there while it
 //! has waiters, reference-counted: nothing per waiter or per resource, and
-//! nothing subscribed once no one has waited for a second (see [`LINGER`]). The same release heard from several
-//! nodes is folded into one wake-up. A named waiter that loses the race (to
-//! a caller that did not queue) takes its old place again.
+//! nothing subscribed once no one has waited for a second (see [`LINGER`]).
+//! The same release heard from several nodes is folded into one wake-up. A
+//! named waiter that loses the race (to a caller that did not queue) takes
+//! its old place again.
 //!
 //! Polling with a capped, jittered backoff stays underneath, for releases by
 //! other libraries (no message), expiry of a crashed holder's key, lost
@@ -74,8 +75,11 @@ pub(crate) fn unix_ms() -> u64 {
 /// The pub/sub channel of the client with `id`: the releases that name one
 /// of its waiters publish there.
 fn channel(id: &str) -> String {
-    format!("quorumlock:wake:{id}")
+    format!("{WAKE_PREFIX}{id}")
 }
+
+/// The prefix of every client's channel.
+const WAKE_PREFIX: &str = "quorumlock:wake:";
 
 /// The queue of waiters for `resource` (a sorted set on each node).
 pub(crate) fn queue(resource: &str) -> String {
@@ -145,19 +149,16 @@ pub(crate) struct Handoff {
 
 #[derive(Debug)]
 struct Shared {
-    /// This client's channel (see [`channel`]); the id is random, 64 bits.
-    channel: String,
-    /// The id as queue members carry it.
+    /// This client's id (random, 64 bits), as queue members carry it and
+    /// its channel is named (see [`channel`]).
     id: String,
     waiters: Mutex<Waiters>,
 }
 
 impl Default for Shared {
     fn default() -> Self {
-        let id = format!("{:016x}", rand::random::<u64>());
         Shared {
-            channel: channel(&id),
-            id,
+            id: format!("{:016x}", rand::random::<u64>()),
             waiters: Mutex::default(),
         }
     }
@@ -193,7 +194,7 @@ impl Shared {
     /// Wakes that waiter, unless the same release already did (from another
     /// node) or the waiter is gone.
     fn deliver(&self, channel: &str, message: &[u8]) {
-        if channel != self.channel {
+        if channel.strip_prefix(WAKE_PREFIX) != Some(self.id.as_str()) {
             return;
         }
         let Some(at) = message.iter().position(|&b| b == b' ') else {
@@ -395,7 +396,7 @@ impl Handoff {
                     Arc::clone(nodes),
                     i,
                     Arc::downgrade(&self.shared),
-                    self.shared.channel.clone(),
+                    channel(&self.shared.id),
                     commands,
                 ));
                 tasks[i] = Some(sender.clone());
