@@ -75,7 +75,7 @@ pub(crate) fn load_all() -> redis::Pipeline {
     pipe
 }
 
-fn all() -> [&'static Script; 12] {
+fn all() -> [&'static Script; 13] {
     [
         &ACQUIRE,
         &RELEASE,
@@ -86,6 +86,7 @@ fn all() -> [&'static Script; 12] {
         &FENCED_ACQUIRE,
         &PROPOSE,
         &BATCH,
+        &BATCH_IN_ORDER,
         &REGISTER,
         &UNREGISTER,
         &ACQUIRE_OR_QUEUE,
@@ -445,16 +446,91 @@ return {1, tostring(value)}
 script! {
     /// A batch of single-key acquires (`SET NX PX`) and releases (the
     /// owner-checked delete and announcement of [`RELEASE`]) from concurrent
-    /// requests, run in the order they were made, with one status per request:
-    /// `1` granted / deleted, `0` refused / not ours, `-1` the key has the wrong
-    /// type (that request fails alone; the others are unaffected).
+    /// requests, with one status per request: `1` granted / deleted, `0`
+    /// refused / not ours, `-1` the key has the wrong type (that request fails
+    /// alone; the others are unaffected).
     ///
     /// One script call for many requests saves the per-command overhead of the
     /// server and the client under load (see `crate::batch`). Each request is
-    /// atomic on its own, as its one-command form is. KEYS: one key per request;
-    /// ARGV: the client's clock in unix ms (for [`RELEASE`]'s announcement), then
-    /// per request `a`, token, ttl in ms (acquire) or `r`, token (release).
+    /// atomic on its own, as its one-command form is. The releases run first,
+    /// which the client allows only when that keeps the outcome of the order
+    /// in which the requests were made (no release follows another request on
+    /// its key; else it sends [`BATCH_IN_ORDER`]). They run
+    /// together, as one `MGET` for the owner checks, one `DEL` of the keys
+    /// that are ours and one `EXISTS` over their queues (a queue is popped and
+    /// announced only when some queue exists). Inside a script every
+    /// `redis.call` costs about a microsecond of conversions on top of the
+    /// command itself, more than `GET`, `DEL` or `ZPOPMIN` cost; three calls
+    /// per batch instead of three per release is what makes a batch cheaper
+    /// for the node than pipelined single commands. `MGET` answers nil for a
+    /// key of another type, so a nil is told apart from a missing key by an
+    /// `EXISTS` (a release of an expired lock, the rare case). The acquires
+    /// follow, one `SET NX PX` each: Redis has no multi-key `SET` with a ttl.
+    ///
+    /// KEYS: the released keys, then the acquired keys; ARGV: the client's
+    /// clock in unix ms (for [`RELEASE`]'s announcement), the number of
+    /// releases, a token per release, then a token and a ttl in ms per
+    /// acquire. Statuses come in the order of KEYS.
     BATCH = concat!(
+    announce_lua!(),
+    r"
+local now_ms = tonumber(ARGV[1])
+local releases = tonumber(ARGV[2])
+local out = {}
+if releases > 0 then
+  local values = redis.call('MGET', unpack(KEYS, 1, releases))
+  local freed, tokens = {}, {}
+  for i = 1, releases do
+    local token = ARGV[2 + i]
+    if values[i] == token then
+      out[i] = 1
+      freed[#freed + 1] = KEYS[i]
+      tokens[#tokens + 1] = token
+    elseif values[i] == false and redis.call('EXISTS', KEYS[i]) == 1 then
+      out[i] = -1
+    else
+      out[i] = 0
+    end
+  end
+  if #freed > 0 then
+    redis.call('DEL', unpack(freed))
+    local queues = {}
+    for j = 1, #freed do
+      queues[j] = 'quorumlock:waiters:' .. freed[j]
+    end
+    if redis.pcall('EXISTS', unpack(queues)) ~= 0 then
+      for j = 1, #freed do
+        announce(freed[j], tokens[j], now_ms)
+      end
+    end
+  end
+end
+local a = 3 + releases
+for i = releases + 1, #KEYS do
+  local reply = redis.pcall('SET', KEYS[i], ARGV[a], 'NX', 'PX', ARGV[a + 1])
+  if reply == false then
+    out[i] = 0
+  elseif reply.err then
+    out[i] = -1
+  else
+    out[i] = 1
+  end
+  a = a + 2
+end
+return out
+"
+);
+}
+
+script! {
+    /// [`BATCH`] for a batch in which a release follows another request on its
+    /// key: the requests run one by one, in the order they were made (a
+    /// release queued behind the acquire it undoes must see that key set), at
+    /// the cost of two to three inner calls per release instead of three per
+    /// batch. Same statuses as [`BATCH`]. KEYS: one key per request; ARGV: the
+    /// client's clock in unix ms (for [`RELEASE`]'s announcement), then per
+    /// request `a`, token, ttl in ms (acquire) or `r`, token (release).
+    BATCH_IN_ORDER = concat!(
     announce_lua!(),
     r"
 local out = {}

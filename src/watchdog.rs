@@ -5,7 +5,7 @@
 //! extends whoever holds the key, never tells the holder when renewal fails,
 //! and costs a timer and N commands per lock per tick. Here:
 //! - renewal is owner-checked and sends each node one script per tick for
-//!   all due locks ([`Node::renew`]), so round trips per tick are O(nodes);
+//!   all due locks ([`Node::renew`](crate::node::Node::renew)), so round trips per tick are O(nodes);
 //! - a lock counts as renewed only when a majority confirmed before its
 //!   validity ended; the new validity is measured from the tick's start;
 //! - loss (validity ran out unconfirmed, or a majority reports another token)

@@ -139,3 +139,122 @@ async fn a_node_killed_mid_batch_fails_only_its_part_and_leaks_nothing() {
     // their way when the releases return at a majority).
     all_empty(&servers[1..], Duration::from_secs(5)).await;
 }
+
+#[tokio::test]
+async fn each_release_of_a_grouped_batch_gets_its_own_outcome() {
+    let servers = start_nodes(3);
+    // No renewal: the test changes the keys under the locks on purpose.
+    let redlock = builder(&servers).auto_renew(false).build().unwrap();
+    let names: Vec<String> = (0..80).map(|i| format!("held:{i}")).collect();
+    let guards: Vec<_> = join_all(names.iter().map(|name| redlock.try_lock(name.as_str(), TTL)))
+        .await
+        .into_iter()
+        .zip(&names)
+        .map(|(outcome, name)| {
+            outcome
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .expect("free key")
+        })
+        .collect();
+    // Let every node hold every lock, then change what some of them hold:
+    // another owner's token, nothing (expired), a key of another type.
+    eventually("every node holds every lock", Duration::from_secs(5), || {
+        servers.iter().all(|s| dbsize(s) == 80)
+    })
+    .await;
+    for server in &servers {
+        for (i, name) in names.iter().enumerate() {
+            match i % 4 {
+                1 => set_foreign(server, name, "other-owner", 30_000),
+                2 => assert_eq!(int(server, &["DEL", name]), 1),
+                3 => {
+                    assert_eq!(int(server, &["DEL", name]), 1);
+                    server.command(&["LPUSH", name, "x"]).unwrap();
+                }
+                _ => {}
+            }
+        }
+    }
+    let mgets: Vec<u64> = servers.iter().map(|s| calls(s, "mget")).collect();
+    // All at once, so that they travel in shared batches.
+    let reports = join_all(guards.into_iter().map(|g| g.release())).await;
+    for (i, (name, report)) in names.iter().zip(reports).enumerate() {
+        match (i % 4, report) {
+            (0, Ok(report)) => assert!(
+                report.deleted >= 2 && report.deleted == report.confirmed,
+                "{name}: ours everywhere, deleted: {report:?}"
+            ),
+            (1 | 2, Ok(report)) => assert_eq!(
+                (report.deleted, report.confirmed >= 2),
+                (0, true),
+                "{name}: not ours anywhere: {report:?}"
+            ),
+            (3, Err(quorumlock::Error::Unreachable { errors, .. })) => {
+                assert!(errors.len() >= 2, "{name}: {errors:?}")
+            }
+            (_, outcome) => panic!("{name}: unexpected outcome {outcome:?}"),
+        }
+    }
+    // The releases went through grouped batches (one MGET for the owner
+    // checks of a batch), not one by one.
+    for (server, before) in servers.iter().zip(mgets) {
+        assert!(calls(server, "mget") > before, "no grouped batch on a node");
+    }
+    // Only the other owner's keys and the lists are left, untouched.
+    eventually("only foreign keys are left", Duration::from_secs(5), || {
+        servers.iter().all(|s| dbsize(s) == 40)
+    })
+    .await;
+    for server in &servers {
+        for (i, name) in names.iter().enumerate() {
+            match i % 4 {
+                1 => assert_eq!(get(server, name).as_deref(), Some("other-owner")),
+                3 => assert_eq!(server.command(&["TYPE", name]).unwrap(), "+list\r\n"),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_release_queued_behind_its_own_acquire_runs_after_it() {
+    // The third node is slow: the two fast ones make every majority, so each
+    // task releases while its acquire is still queued for the slow node, and
+    // the two often travel in one batch. There the release must run after
+    // the acquire, or it finds nothing to delete and the acquire then leaves
+    // a key behind for the whole ttl.
+    let servers = start_nodes(3);
+    let proxy = Proxy::start(servers[2].port());
+    let redlock = Redlock::builder()
+        .nodes([servers[0].url(), servers[1].url(), proxy.url()])
+        .node_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap();
+    warm_up(&redlock).await;
+    proxy.set_latency(Duration::from_millis(20));
+    let (tasks, rounds) = (40, 5);
+    let sets_before = calls(&servers[2], "set");
+    let work = (0..tasks).map(|t| {
+        let redlock = redlock.clone();
+        async move {
+            for r in 0..rounds {
+                let guard = redlock
+                    .try_lock(format!("slow:{t}:{r}"), Duration::from_secs(60))
+                    .await
+                    .expect("healthy nodes")
+                    .expect("distinct keys are free");
+                guard.release().await.expect("release");
+            }
+        }
+    });
+    join_all(work).await;
+    // Every acquire reached the slow node, and every release deleted its
+    // key there (the ttl of 60 s is far away).
+    let acquires = (tasks * rounds) as u64;
+    eventually("the slow node ran every acquire", Duration::from_secs(10), || {
+        calls(&servers[2], "set") - sets_before >= acquires
+    })
+    .await;
+    assert_eq!(calls(&servers[2], "set") - sets_before, acquires);
+    all_empty(&servers, Duration::from_secs(10)).await;
+}
