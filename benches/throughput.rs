@@ -5,10 +5,15 @@
 //!   node, sent with the redis crate directly;
 //! - quorumlock with batching (the default) and without.
 //!
+//! Two ways of driving the tasks, since batching depends on how requests
+//! arrive: **spawned** (each task a `tokio::spawn`, as a server's request
+//! handlers are) and **one task** (all of them futures joined inside one
+//! task, as with `join_all` or `buffer_unordered` in a batch job).
+//!
 //! Rounds alternate between the three so that machine noise hits all alike;
 //! the table gives medians over rounds of cycles/s and the median of the
-//! per-round ratios to raw, and the script calls (`EVAL`) per cycle per node
-//! of the batched client (without batching it is 1: the release).
+//! per-round ratios to raw, and the script calls (`EVALSHA`) per cycle per
+//! node of the batched client (without batching it is 1: the release).
 //!
 //! `cargo bench --bench throughput`; `-- --smoke` for a tiny run.
 
@@ -16,6 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use quorumlock::Redlock;
 use redis::aio::MultiplexedConnection;
@@ -35,7 +42,7 @@ fn main() {
     let (rounds, window, task_counts): (usize, Duration, &[usize]) = if smoke {
         (1, Duration::from_millis(200), &[8])
     } else {
-        (5, Duration::from_secs(2), &[64, 256])
+        (5, Duration::from_secs(2), &[8, 64, 256])
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -45,17 +52,25 @@ fn main() {
     println!("lock+unlock cycles/s, distinct keys, {rounds} rounds x {window:?}, tokio current_thread");
     println!();
     println!(
-        "| N | tasks | raw | batched | unbatched | batched / raw | unbatched / raw | script calls per cycle per node (batched) |"
+        "| tasks driven | N | tasks | raw | batched | unbatched | batched / raw | unbatched / raw | script calls per cycle per node (batched) |"
     );
-    println!("|--:|--:|--:|--:|--:|--:|--:|--:|");
-    for n in [1, 3, 5] {
-        for &tasks in task_counts {
-            let nodes = &servers[..n];
-            let row = runtime.block_on(compare(nodes, tasks, rounds, window));
-            println!(
-                "| {n} | {tasks} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
-                row.raw, row.batched, row.unbatched, row.batched_ratio, row.unbatched_ratio, row.commands
-            );
+    println!("|---|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for spawned in [true, false] {
+        for n in [1, 3, 5] {
+            for &tasks in task_counts {
+                let nodes = &servers[..n];
+                let row = runtime.block_on(compare(nodes, tasks, spawned, rounds, window));
+                println!(
+                    "| {} | {n} | {tasks} | {:.0} | {:.0} | {:.0} | {:.2} | {:.2} | {:.2} |",
+                    if spawned { "spawned" } else { "one task" },
+                    row.raw,
+                    row.batched,
+                    row.unbatched,
+                    row.batched_ratio,
+                    row.unbatched_ratio,
+                    row.commands
+                );
+            }
         }
     }
 }
@@ -69,7 +84,7 @@ struct Row {
     commands: f64,
 }
 
-async fn compare(nodes: &[RedisServer], tasks: usize, rounds: usize, window: Duration) -> Row {
+async fn compare(nodes: &[RedisServer], tasks: usize, spawned: bool, rounds: usize, window: Duration) -> Row {
     let urls: Vec<String> = nodes.iter().map(RedisServer::url).collect();
     let batched = Redlock::builder().nodes(urls.clone()).build().unwrap();
     let unbatched = Redlock::builder().nodes(urls).batching(false).build().unwrap();
@@ -91,14 +106,22 @@ async fn compare(nodes: &[RedisServer], tasks: usize, rounds: usize, window: Dur
     }
     let (mut raw, mut with, mut without, mut commands) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
-        raw.push(run(tasks, window, |key| raw_cycle(conns.clone(), sha.clone(), key)).await);
+        let (c, s) = (conns.clone(), sha.clone());
+        raw.push(
+            run(tasks, spawned, window, move |key| {
+                raw_cycle(c.clone(), s.clone(), key)
+            })
+            .await,
+        );
         let before = script_calls(nodes);
-        let cycles = run(tasks, window, |key| ours(batched.clone(), key)).await;
+        let b = batched.clone();
+        let cycles = run(tasks, spawned, window, move |key| ours(b.clone(), key)).await;
         commands.push(
             (script_calls(nodes) - before) as f64 / (cycles * window.as_secs_f64()) / nodes.len() as f64,
         );
         with.push(cycles);
-        without.push(run(tasks, window, |key| ours(unbatched.clone(), key)).await);
+        let u = unbatched.clone();
+        without.push(run(tasks, spawned, window, move |key| ours(u.clone(), key)).await);
         let _ = round;
     }
     let ratio = |a: &[f64]| median(a.iter().zip(&raw).map(|(x, r)| x / r).collect());
@@ -112,25 +135,37 @@ async fn compare(nodes: &[RedisServer], tasks: usize, rounds: usize, window: Dur
     }
 }
 
-/// Runs `tasks` tasks doing `cycle` on their own keys for `window`;
+/// Runs `tasks` tasks doing `cycle` on their own keys for `window`, each a
+/// task of its own when `spawned`, else all inside the calling task;
 /// returns cycles per second.
-async fn run<F, Fut>(tasks: usize, window: Duration, cycle: F) -> f64
+async fn run<F, Fut>(tasks: usize, spawned: bool, window: Duration, cycle: F) -> f64
 where
-    F: Fn(String) -> Fut,
-    Fut: std::future::Future<Output = ()>,
+    F: Fn(String) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
 {
+    // Keys of their own per run: a release returns at a majority, and the
+    // last deletes of one run may still be on their way when the next
+    // starts; with the same names, its first locks could be refused.
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let run = RUNS.fetch_add(1, Ordering::Relaxed);
     let done = Arc::new(AtomicU64::new(0));
     let stop = Instant::now() + window;
-    let mut workers: FuturesUnordered<_> = (0..tasks)
+    let mut workers: FuturesUnordered<BoxFuture<'static, ()>> = (0..tasks)
         .map(|t| {
-            let (done, cycle) = (Arc::clone(&done), &cycle);
-            async move {
+            let (done, cycle) = (Arc::clone(&done), cycle.clone());
+            let worker = async move {
                 let mut i = 0u64;
                 while Instant::now() < stop {
-                    cycle(format!("tp:{t}:{i}")).await;
+                    cycle(format!("tp:{run}:{t}:{i}")).await;
                     i += 1;
                     done.fetch_add(1, Ordering::Relaxed);
                 }
+            };
+            if spawned {
+                let task = tokio::spawn(worker);
+                async move { task.await.expect("worker") }.boxed()
+            } else {
+                worker.boxed()
             }
         })
         .collect();
