@@ -56,19 +56,21 @@ pub const DEFAULT_HEAL: bool = true;
 /// Whether concurrent single-key acquires and releases to a node are
 /// coalesced into one script call (default on).
 ///
-/// A lone caller is never delayed: up to eight requests in flight to a node
-/// go at once, as single commands. Beyond that, the requests that queue
-/// while a batch is in flight go together in the next script call, which
-/// saves the servers' and the client's per-command overhead: with 64 and
-/// 256 concurrent lock+unlock loops on 1-5 local nodes, 1.1x-1.4x the
-/// throughput of pipelined single commands, against 0.55x-0.8x without
-/// batching (`cargo bench --bench throughput`, tasks spawned).
+/// A lone caller is never delayed: while fewer than eight requests are in
+/// flight to a node, each goes at once as a single command. Beyond that,
+/// the requests that queue while a batch is in flight go together in the
+/// next script call, which saves the servers' and the client's per-command
+/// overhead: with 64 and 256 concurrent lock+unlock loops on 1, 3 or 5
+/// local nodes, 1.0x-1.6x the throughput of pipelined single commands,
+/// against 0.5x-0.95x without batching (`cargo bench --bench throughput`,
+/// tasks spawned).
 ///
 /// Turn it off for nodes that are Redis Cluster members (a batch mixes keys
-/// of any hash slot). It does not pay with a few requests in flight on
-/// several nodes (8 loops on 5 nodes: about 0.8x the throughput without
-/// it), nor with many loops driven from one task (futures joined inside one
-/// task, not spawned) on one node; `docs/benchmarks.md` has the figures.
+/// of any hash slot). It does not pay with a few loops on several nodes (8
+/// loops on 5 nodes: about three quarters of the throughput without it), nor
+/// with 64 loops driven from one task (futures joined inside one task, not
+/// spawned) on one node (0.55x against 0.80x); `docs/benchmarks.md` has the
+/// figures.
 pub const DEFAULT_BATCHING: bool = true;
 
 /// Settings shared by a client and all its guards.
