@@ -139,6 +139,25 @@ end
     };
 }
 
+/// The Lua function `acquire(key, token, ttl_ms)` of the batch scripts: one
+/// `SET NX PX`, as a status (`1` granted, `0` refused, `-1` failed, e.g. out
+/// of memory; that request fails alone).
+macro_rules! acquire_lua {
+    () => {
+        r"
+local function acquire(key, token, ttl_ms)
+  local reply = redis.pcall('SET', key, token, 'NX', 'PX', ttl_ms)
+  if reply == false then
+    return 0
+  elseif reply.err then
+    return -1
+  end
+  return 1
+end
+"
+    };
+}
+
 /// The Lua function `stretch(queue, ttl_ms)`: makes a queue key live at least
 /// `ttl_ms` more, never less than it already does. One `PEXPIRE GT` when the
 /// queue already expires (the usual case: the newest waiter has the latest
@@ -473,6 +492,7 @@ script! {
     /// acquire. Statuses come in the order of KEYS.
     BATCH = concat!(
     announce_lua!(),
+    acquire_lua!(),
     r"
 local now_ms = tonumber(ARGV[1])
 local releases = tonumber(ARGV[2])
@@ -507,14 +527,7 @@ if releases > 0 then
 end
 local a = 3 + releases
 for i = releases + 1, #KEYS do
-  local reply = redis.pcall('SET', KEYS[i], ARGV[a], 'NX', 'PX', ARGV[a + 1])
-  if reply == false then
-    out[i] = 0
-  elseif reply.err then
-    out[i] = -1
-  else
-    out[i] = 1
-  end
+  out[i] = acquire(KEYS[i], ARGV[a], ARGV[a + 1])
   a = a + 2
 end
 return out
@@ -532,20 +545,14 @@ script! {
     /// request `a`, token, ttl in ms (acquire) or `r`, token (release).
     BATCH_IN_ORDER = concat!(
     announce_lua!(),
+    acquire_lua!(),
     r"
 local out = {}
 local now_ms = tonumber(ARGV[1])
 local a = 2
 for i, key in ipairs(KEYS) do
   if ARGV[a] == 'a' then
-    local reply = redis.pcall('SET', key, ARGV[a + 1], 'NX', 'PX', ARGV[a + 2])
-    if reply == false then
-      out[i] = 0
-    elseif reply.err then
-      out[i] = -1
-    else
-      out[i] = 1
-    end
+    out[i] = acquire(key, ARGV[a + 1], ARGV[a + 2])
     a = a + 3
   else
     local value = redis.pcall('GET', key)
