@@ -103,15 +103,58 @@ pub(crate) struct QueueEntry {
 /// granted): a refusing node kept the waiter in line, typically because the
 /// previous holder's release had not reached it yet. The nodes that granted
 /// left the queue in the same call (`scripts::ACQUIRE_OR_QUEUE`). A node
-/// still to answer when the lock was taken is not sent anything: it usually
-/// grants (and so leaves), and if it refuses, the stale entry is at the head
-/// of its queue, where the late release that made it refuse pops it (or its
-/// deadline drops it). Sending every such node a removal would cost two
-/// more commands per hand-off for that rare case. Not awaited (see
-/// `quorum::send_all`); each removal runs after the attempt on its node's
-/// connection.
+/// whose refusal comes after the lock was taken is sent the removal by that
+/// request itself (see [`Refusals`]). Not awaited (see `quorum::send_all`);
+/// each removal runs after the attempt on its node's connection.
 pub(crate) async fn leave(nodes: &Arc<[Node]>, entry: &QueueEntry, refused: &[usize], finish_by: Instant) {
     unregister(nodes, &entry.queues, &entry.member, refused, finish_by).await;
+}
+
+/// The nodes that refused one queueing attempt (and so still list its
+/// waiter), and whether the attempt took the lock.
+///
+/// A refusal can come after the majority that took the lock, from a node
+/// the attempt stopped waiting for. Its entry must be removed as well: the
+/// late release that made the node refuse pops only the head of its queue,
+/// and when that node lags by more than one hand-off, the head is an
+/// earlier waiter, so the entry would stay (and be named by a later release
+/// in place of a live waiter) until its deadline. Seen as a waiter entry
+/// left behind by six waiters taking turns, 2026-12-03. Each request
+/// reports its refusal here: before the lock is taken it is collected for
+/// [`leave`]; after, the request removes the entry itself. Costs nothing
+/// when every node grants, and one command per late refusal.
+#[derive(Debug)]
+pub(crate) struct Refusals(Mutex<Option<Vec<usize>>>);
+
+impl Default for Refusals {
+    fn default() -> Self {
+        // Undecided, no refusal yet; `None` once the lock was taken.
+        Refusals(Mutex::new(Some(Vec::new())))
+    }
+}
+
+impl Refusals {
+    fn state(&self) -> MutexGuard<'_, Option<Vec<usize>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `node` refused the attempt (and queued the waiter). True when the
+    /// lock was already taken: the caller then removes the entry there.
+    pub(crate) fn refused(&self, node: usize) -> bool {
+        match &mut *self.state() {
+            Some(refused) => {
+                refused.push(node);
+                false
+            }
+            None => true,
+        }
+    }
+
+    /// The attempt took the lock: the nodes that refused so far, for
+    /// [`leave`]. Later refusals are left by their own requests.
+    pub(crate) fn taken(&self) -> Vec<usize> {
+        self.state().take().unwrap_or_default()
+    }
 }
 
 /// Sends `scripts::UNREGISTER` of `member` from `queues` to the nodes

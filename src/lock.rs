@@ -337,11 +337,14 @@ impl Redlock {
         // Shared by the per-node requests (a pointer each, not a copy: the
         // request futures are kept small, see `Node::acquire`).
         let shared_queue = queue.map(|entry| Arc::new(entry.clone()));
+        let refusals = queue.map(|_| Arc::new(handoff::Refusals::default()));
+        let valid_until = start + ttl - drift;
         let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
             let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
-            let (fence_floor, queue) = (fence_floor.clone(), shared_queue.clone());
+            let (fence_floor, queue, refusals) =
+                (fence_floor.clone(), shared_queue.clone(), refusals.clone());
             async move {
-                nodes[i]
+                let reply = nodes[i]
                     .acquire(
                         resources.names(),
                         &token,
@@ -349,11 +352,18 @@ impl Redlock {
                         fence_floor.as_deref(),
                         queue.as_deref(),
                     )
-                    .await
+                    .await;
+                // A refusal queued the waiter there (see `handoff::Refusals`).
+                // Boxed: the rare path stays out of every request's future.
+                if let (Some(entry), Some(refusals), Ok(Ok(false))) = (&queue, &refusals, &reply)
+                    && refusals.refused(i)
+                {
+                    Box::pin(handoff::leave(&nodes, entry, &[i], valid_until)).await;
+                }
+                reply
             }
         })
         .await;
-        let valid_until = start + ttl - drift;
         let min = self.options.min_validity;
         let refused_by = tally.refused_by.clone();
         let failure = if tally.reached() {
@@ -367,11 +377,11 @@ impl Redlock {
             match (fence, quorum::validity(ttl, elapsed, drift)) {
                 (Ok(fence), Some(left)) if left >= min => {
                     tracing::debug!(resources = ?keys, granted = tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
-                    if let Some(entry) = queue {
+                    if let (Some(entry), Some(refusals)) = (queue, &refusals) {
                         // The nodes that granted took the waiter off their
                         // queue in the same call; those that refused still
                         // list it.
-                        handoff::leave(nodes, entry, &tally.refused_by, valid_until).await;
+                        handoff::leave(nodes, entry, &refusals.taken(), valid_until).await;
                     }
                     let held = Held::new(
                         resources.clone(),

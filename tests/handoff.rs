@@ -435,35 +435,57 @@ async fn a_node_that_drops_the_subscription_is_resubscribed() {
 /// A waiter that takes the lock leaves the queue on every node at once, also
 /// on a node that refused it because the previous holder's release is still
 /// on its way there (so that it still lists the waiter): the queues do not
-/// keep a waiter that is served.
+/// keep a waiter that is served. Here the refusal is in before the majority.
 #[tokio::test]
 async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag() {
+    // The waiter reaches the first node through the slow proxy, so that the
+    // third node's refusal is in before the first node's grant completes the
+    // waiter's majority.
+    waiter_leaves_a_lagging_queue("lag", 0).await;
+}
+
+/// As above, but the lagging node's refusal comes after the majority took
+/// the lock, when the attempt no longer waits for it: the request that gets
+/// the refusal takes the waiter off that queue itself. (The late release
+/// pops only the head of that queue, which is a waiter served earlier when
+/// the node lags by more than one hand-off.)
+#[tokio::test]
+async fn a_waiter_refused_after_its_majority_leaves_that_queue_too() {
+    // The waiter reaches the lagging (third) node through the slow proxy.
+    waiter_leaves_a_lagging_queue("late", 2).await;
+}
+
+/// A holder whose release to the third node is held back 2 s, and a waiter
+/// that reaches node `slow` with 50 ms of latency each way; asserts that the
+/// waiter, served by the other nodes' messages, leaves every queue within
+/// 1 s, before the lagging release could pop it.
+async fn waiter_leaves_a_lagging_queue(resource: &'static str, slow: usize) {
     let servers = start_nodes(3);
     // The holder reaches the third node through a proxy that will delay its
-    // release there. The waiter reaches the first node through a proxy with
-    // 50 ms each way, so that the third node's refusal is in before the
-    // first node's grant completes the waiter's majority.
+    // release there.
     let proxy = Proxy::start(servers[2].port());
-    let slow = Proxy::start(servers[0].port());
-    slow.set_latency(Duration::from_millis(50));
+    let slow_proxy = Proxy::start(servers[slow].port());
+    slow_proxy.set_latency(Duration::from_millis(50));
     let holder = Redlock::builder()
         .nodes([servers[0].url(), servers[1].url(), proxy.url()])
         .node_timeout(Duration::from_millis(500))
         .build()
         .unwrap();
-    let guard = hold(&holder, &servers, "lag").await;
+    let guard = hold(&holder, &servers, resource).await;
+    let mut urls = urls(&servers);
+    urls[slow] = slow_proxy.url();
     let redlock = Redlock::builder()
-        .nodes([slow.url(), servers[1].url(), servers[2].url()])
+        .nodes(urls)
         .node_timeout(Duration::from_millis(500))
         .retry_delay(SLOW_POLL)
         .wait(Duration::from_secs(60))
         .build()
         .unwrap();
     let waiter = tokio::spawn(async move {
-        let guard = redlock.lock("lag", Duration::from_secs(10)).await.unwrap();
+        let guard = redlock.lock(resource, Duration::from_secs(10)).await.unwrap();
         (redlock, guard)
     });
-    until_queued(&servers, "lag", 1, "the waiter queued").await;
+    until_queued(&servers, resource, 1, "the waiter queued").await;
     let old = guard.token().to_owned();
     let lag = Duration::from_secs(2);
     proxy.set_latency(lag);
@@ -472,11 +494,11 @@ async fn a_waiter_that_takes_the_lock_leaves_every_queue_even_where_releases_lag
     let (_redlock, guard) = waiter.await.unwrap();
     // Served by a message from the first two nodes; the third still holds
     // the old lock and refused.
-    assert_eq!(get(&servers[2], "lag"), Some(old), "the release there lags");
-    assert_eq!(get(&servers[0], "lag").as_deref(), Some(guard.token()));
+    assert_eq!(get(&servers[2], resource), Some(old), "the release there lags");
+    assert_eq!(get(&servers[0], resource).as_deref(), Some(guard.token()));
     for server in &servers {
         eventually("the waiter left the queue", Duration::from_secs(1), || {
-            queued(server, "lag") == 0
+            queued(server, resource) == 0
         })
         .await;
     }

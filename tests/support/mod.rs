@@ -109,11 +109,44 @@ pub async fn eventually(what: &str, limit: Duration, mut condition: impl FnMut()
 }
 
 /// Waits (up to `limit`) until no server holds any key.
+/// On failure it names what was left on each node (key, type, ttl), so a
+/// leak can be told from a key that is merely slow to expire.
 pub async fn all_empty(servers: &[RedisServer], limit: Duration) {
-    eventually("every node is empty", limit, || {
-        servers.iter().all(|s| dbsize(s) == 0)
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + limit;
+    while !servers.iter().all(|s| dbsize(s) == 0) {
+        if tokio::time::Instant::now() >= deadline {
+            let left: Vec<String> = servers.iter().map(leftovers).collect();
+            panic!("timed out after {limit:?} waiting until every node is empty; left: {left:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Every key on `server` with its type and remaining ttl (ms), for failure
+/// messages.
+pub fn leftovers(server: &RedisServer) -> String {
+    let described = (|| -> redis::RedisResult<Vec<String>> {
+        let mut conn = redis::Client::open(server.url())?.get_connection()?;
+        let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn)?;
+        keys.into_iter()
+            .map(|key| {
+                let kind: String = redis::cmd("TYPE").arg(&key).query(&mut conn)?;
+                let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn)?;
+                let members: Vec<String> = if kind == "zset" {
+                    redis::cmd("ZRANGE")
+                        .arg(&key)
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES")
+                        .query(&mut conn)?
+                } else {
+                    Vec::new()
+                };
+                Ok(format!("{key} ({kind}, pttl {ttl}) {members:?}"))
+            })
+            .collect()
+    })();
+    format!("port {}: {described:?}", server.port())
 }
 
 /// Takes and releases a throwaway lock, so that `redlock` has its
