@@ -50,23 +50,36 @@ async fn burst(redlock: &Redlock, servers: &[RedisServer], tasks: usize, rounds:
 #[tokio::test]
 async fn concurrent_requests_on_distinct_keys_share_script_calls() {
     let servers = start_nodes(3);
+    // A round trip of 2 ms, as on a network: requests gather while a batch
+    // is on its way. (Over bare loopback the debug-built client, not the
+    // node, is the bottleneck: a batch came back before many requests had
+    // gathered, and the script calls per node ranged from 51 to 865 over
+    // runs of this test, 2026-12-03.)
+    let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
+    for proxy in &proxies {
+        proxy.set_latency(Duration::from_millis(1));
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let (tasks, rounds) = (200, 5);
     let requests = (tasks * rounds * 2) as u64;
     // Without batching every release is a script call of its own: one per
     // lock. With it, concurrent acquires and releases share script calls.
-    let plain = burst(
-        &builder(&servers).batching(false).build().unwrap(),
-        &servers,
-        tasks,
-        rounds,
-    )
-    .await;
-    let batched = burst(&client(&servers), &servers, tasks, rounds).await;
+    let with = |batching| {
+        Redlock::builder()
+            .nodes(urls.clone())
+            .node_timeout(Duration::from_secs(1))
+            .batching(batching)
+            .build()
+            .unwrap()
+    };
+    let plain = burst(&with(false), &servers, tasks, rounds).await;
+    let batched = burst(&with(true), &servers, tasks, rounds).await;
     println!("{requests} requests per node: script calls unbatched {plain:?}, batched {batched:?}");
     for (plain, batched) in plain.into_iter().zip(batched) {
         assert_eq!(plain, requests / 2, "unbatched: one release script per lock");
+        // 32-44 script calls over 8 runs: 45-62 requests each.
         assert!(
-            batched * 4 < requests,
+            batched * 20 < requests,
             "{batched} script calls for {requests} requests: not batched"
         );
     }
@@ -196,9 +209,15 @@ async fn each_release_of_a_grouped_batch_gets_its_own_outcome() {
         }
     }
     // The releases went through grouped batches (one MGET for the owner
-    // checks of a batch), not one by one.
+    // checks of a batch), not one by one. (The releases returned at a
+    // majority: the last node may still be running its batches.)
     for (server, before) in servers.iter().zip(mgets) {
-        assert!(calls(server, "mget") > before, "no grouped batch on a node");
+        eventually(
+            "a grouped batch ran on every node",
+            Duration::from_secs(5),
+            || calls(server, "mget") > before,
+        )
+        .await;
     }
     // Only the other owner's keys and the lists are left, untouched.
     eventually("only foreign keys are left", Duration::from_secs(5), || {
@@ -230,15 +249,18 @@ async fn a_release_queued_behind_its_own_acquire_runs_after_it() {
         .node_timeout(Duration::from_secs(1))
         .build()
         .unwrap();
+    // Counted before the warm-up: its SET there may still be on its way
+    // when it returns (at a majority).
+    let sets_before = calls(&servers[2], "set");
     warm_up(&redlock).await;
     proxy.set_latency(Duration::from_millis(20));
     let (tasks, rounds) = (40, 5);
-    let sets_before = calls(&servers[2], "set");
     burst(&redlock, &servers, tasks, rounds).await;
     // Every acquire reached the slow node, and every release deleted its
     // key there (`burst`'s ttl of 10 s is far away; its own emptiness check
-    // may pass before the slow node has run the last acquires).
-    let acquires = (tasks * rounds) as u64;
+    // may pass before the slow node has run the last acquires). One more for
+    // the warm-up.
+    let acquires = (tasks * rounds) as u64 + 1;
     eventually("the slow node ran every acquire", Duration::from_secs(5), || {
         calls(&servers[2], "set") - sets_before >= acquires
     })

@@ -94,7 +94,12 @@ impl RedisServer {
             match server.spawn() {
                 Ok(()) => return Ok(server),
                 // Someone took the port in the meantime: try another one.
-                Err(e) if server.log().contains("Address already in use") => last_error = Some(e),
+                Err(e)
+                    if e.kind() == io::ErrorKind::AddrInUse
+                        || server.log().contains("Address already in use") =>
+                {
+                    last_error = Some(e)
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -284,13 +289,30 @@ impl RedisServer {
             io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, INSTALL_HINT),
             _ => e,
         })?;
+        let pid = child.id();
         self.child = Some(child);
         let started = Instant::now();
         loop {
-            if let Ok(reply) = self.command(&["PING"])
-                && reply.starts_with("+PONG")
+            // Ready when the server on the port is ours: another process
+            // (a second test binary, a test runner that runs each test in a
+            // process of its own) may have started one there between
+            // `free_port` and now, and it answers while ours is still
+            // failing to bind.
+            match self
+                .command(&["INFO", "server"])
+                .ok()
+                .as_deref()
+                .and_then(process_id)
             {
-                return Ok(());
+                Some(answering) if answering == pid => return Ok(()),
+                Some(_) => {
+                    self.kill();
+                    return Err(io::Error::new(
+                        io::ErrorKind::AddrInUse,
+                        format!("port {} belongs to another redis-server", self.port),
+                    ));
+                }
+                None => {}
             }
             let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
             if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
@@ -383,6 +405,13 @@ fn signal_all(pids: &[u32], name: &str) {
         .status()
         .expect("run kill(1)");
     assert!(status.success(), "kill -{name} {pids:?} failed");
+}
+
+/// The `process_id` of an `INFO server` reply.
+fn process_id(info: &str) -> Option<u32> {
+    info.lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
 }
 
 /// A port that was free a moment ago (the OS picks it when binding port 0).
