@@ -293,26 +293,25 @@ impl RedisServer {
         self.child = Some(child);
         let started = Instant::now();
         loop {
-            // Ready when the server on the port is ours: another process
-            // (a second test binary, a test runner that runs each test in a
-            // process of its own) may have started one there between
-            // `free_port` and now, and it answers while ours is still
-            // failing to bind.
-            match self
-                .command(&["INFO", "server"])
-                .ok()
-                .as_deref()
-                .and_then(process_id)
-            {
-                Some(answering) if answering == pid => return Ok(()),
-                Some(_) => {
+            // Ready when PING answers (not during an AOF load) and the
+            // server on the port is ours: another process (a second test
+            // binary, a test runner that runs each test in a process of its
+            // own) may have started one there between `free_port` and now,
+            // and it answers while ours is still failing to bind.
+            let pong = self
+                .command(&["PING"])
+                .is_ok_and(|reply| reply.starts_with("+PONG"));
+            let info = self.command(&["INFO", "server"]).ok();
+            match info.as_deref().and_then(process_id) {
+                Some(answering) if answering != pid => {
                     self.kill();
                     return Err(io::Error::new(
                         io::ErrorKind::AddrInUse,
                         format!("port {} belongs to another redis-server", self.port),
                     ));
                 }
-                None => {}
+                Some(_) if pong => return Ok(()),
+                _ => {}
             }
             let exited = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
             if exited.is_some() || started.elapsed() > STARTUP_TIMEOUT {
