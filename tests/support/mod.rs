@@ -97,28 +97,33 @@ pub fn calls(server: &RedisServer, command: &str) -> u64 {
 /// Polls `condition` every 10 ms until it holds; panics naming `what` once
 /// `limit` has passed. For conditions that become true at a time the test
 /// cannot know (a background release, a key's expiry on the server).
-pub async fn eventually(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
+pub async fn eventually(what: &str, limit: Duration, condition: impl FnMut() -> bool) {
+    assert!(
+        holds_within(limit, condition).await,
+        "timed out after {limit:?} waiting until {what}"
+    );
+}
+
+/// Polls `condition` every 10 ms until it holds (true) or `limit` has
+/// passed (false).
+pub async fn holds_within(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + limit;
     while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting until {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    true
 }
 
 /// Waits (up to `limit`) until no server holds any key.
 /// On failure it names what was left on each node (key, type, ttl), so a
 /// leak can be told from a key that is merely slow to expire.
 pub async fn all_empty(servers: &[RedisServer], limit: Duration) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !servers.iter().all(|s| dbsize(s) == 0) {
-        if tokio::time::Instant::now() >= deadline {
-            let left: Vec<String> = servers.iter().map(leftovers).collect();
-            panic!("timed out after {limit:?} waiting until every node is empty; left: {left:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if !holds_within(limit, || servers.iter().all(|s| dbsize(s) == 0)).await {
+        let left: Vec<String> = servers.iter().map(leftovers).collect();
+        panic!("timed out after {limit:?} waiting until every node is empty; left: {left:?}");
     }
 }
 

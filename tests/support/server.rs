@@ -298,11 +298,11 @@ impl RedisServer {
             // binary, a test runner that runs each test in a process of its
             // own) may have started one there between `free_port` and now,
             // and it answers while ours is still failing to bind.
-            let pong = self
-                .command(&["PING"])
-                .is_ok_and(|reply| reply.starts_with("+PONG"));
-            let info = self.command(&["INFO", "server"]).ok();
-            match info.as_deref().and_then(process_id) {
+            let replies = self
+                .pipeline(&[&["PING"], &["INFO", "server"]])
+                .unwrap_or_default();
+            let pong = replies.first().is_some_and(|reply| reply.starts_with("+PONG"));
+            match replies.get(1).and_then(|info| process_id(info)) {
                 Some(answering) if answering != pid => {
                     self.kill();
                     return Err(io::Error::new(
