@@ -41,10 +41,12 @@ use futures::stream::FuturesOrdered;
 
 use redis::{RedisError, RedisResult};
 use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
 use crate::handoff;
 use crate::node::{self, Conn};
 use crate::scripts;
+use crate::tasks::{Tasks, Work};
 
 /// Requests per batch script call. Redis serves nothing else while a script
 /// runs; 512 single-key operations take well under a millisecond.
@@ -74,26 +76,62 @@ impl Op {
 type Reply = oneshot::Sender<RedisResult<i64>>;
 
 /// A node's queue of requests waiting for the one in flight.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Batcher {
     state: Mutex<State>,
+    tasks: Arc<Tasks>,
 }
 
 #[derive(Debug, Default)]
 struct State {
     /// Requests of this node sent directly and not yet answered.
     direct: usize,
-    /// A flush task is running: it has batches in flight or queued requests
-    /// to send. Every request queues behind it, so that none overtakes a
-    /// queued one or a batch being handed over: the node must run requests
-    /// in the order they were made.
-    flushing: bool,
+    /// The flush task, while it runs: it has batches in flight or queued
+    /// requests to send. Every request queues behind it, so that none
+    /// overtakes a queued one or a batch being handed over: the node must
+    /// run requests in the order they were made.
+    flusher: Option<JoinHandle<()>>,
     queue: Vec<(Op, Reply)>,
 }
 
+impl State {
+    /// Whether a flush task is running. A task whose runtime shut down
+    /// counts as finished (its batches in flight failed with it), so that a
+    /// client used on another runtime starts a new one instead of queueing
+    /// behind a task that will never run again.
+    fn flushing(&mut self) -> bool {
+        if self.flusher.as_ref().is_some_and(JoinHandle::is_finished) {
+            self.flusher = None;
+        }
+        self.flusher.is_some()
+    }
+}
+
 impl Batcher {
+    pub(crate) fn new(tasks: Arc<Tasks>) -> Self {
+        Batcher {
+            state: Mutex::default(),
+            tasks,
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the flush task for what is queued, on the current runtime if
+    /// there is one; without one, fails the queued requests (nothing could
+    /// send them). Called with the state locked and no flush running.
+    fn start_flush(self: &Arc<Self>, state: &mut State, conn: &Arc<Conn>) {
+        let flush = flush(Arc::clone(self), Arc::clone(conn));
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => state.flusher = Some(self.tasks.spawn_on(&runtime, Work::Batch, flush)),
+            Err(_) => {
+                for (_, reply) in state.queue.drain(..) {
+                    let _ = reply.send(Err(failure("no runtime to send the batch")));
+                }
+            }
+        }
     }
 }
 
@@ -117,12 +155,18 @@ const DIRECT_LIMIT: usize = 8;
 pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> RedisResult<i64> {
     let queued = {
         let mut state = batcher.state();
-        if !state.flushing && state.queue.is_empty() && state.direct < DIRECT_LIMIT {
+        let flushing = state.flushing();
+        if !flushing && state.queue.is_empty() && state.direct < DIRECT_LIMIT {
             state.direct += 1;
             Ok(op)
         } else {
             let (reply, answer) = oneshot::channel();
             state.queue.push((op, reply));
+            if !flushing && state.direct == 0 {
+                // Nothing in flight whose completion would start the flush
+                // (a flush or direct requests of a runtime that is gone).
+                batcher.start_flush(&mut state, conn);
+            }
             Err(answer)
         }
     };
@@ -156,23 +200,10 @@ impl Drop for Direct {
     fn drop(&mut self) {
         let mut state = self.batcher.state();
         state.direct -= 1;
-        if state.queue.is_empty() || state.flushing {
+        if state.queue.is_empty() || state.flushing() {
             return;
         }
-        state.flushing = true;
-        drop(state);
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => {
-                runtime.spawn(flush(Arc::clone(&self.batcher), Arc::clone(&self.conn)));
-            }
-            Err(_) => {
-                let mut state = self.batcher.state();
-                for (_, reply) in state.queue.drain(..) {
-                    let _ = reply.send(Err(failure("no runtime to send the batch")));
-                }
-                state.flushing = false;
-            }
-        }
+        self.batcher.start_flush(&mut state, &self.conn);
     }
 }
 
@@ -214,7 +245,7 @@ async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
             None => {
                 let mut state = batcher.state();
                 if state.queue.is_empty() {
-                    state.flushing = false;
+                    state.flusher = None;
                     return;
                 }
             }

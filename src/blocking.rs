@@ -34,26 +34,36 @@ use crate::error::{Error, Result};
 use crate::guard::ReleaseReport;
 use crate::lock::Resources;
 use crate::options::LockOptions;
+use crate::shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, ShutdownReport};
 use crate::{RedlockBuilder, guard, lock};
 
-/// The runtime of a blocking client, shut down without waiting when the last
-/// client or guard using it is dropped (also from inside async code, where
-/// dropping a runtime the ordinary way panics).
-struct Runtime(Option<tokio::runtime::Runtime>);
+/// The runtime of a blocking client. When the last client or guard using it
+/// is dropped, it shuts the client down (releasing every lock still held and
+/// waiting for the background work, at most [`DEFAULT_SHUTDOWN_TIMEOUT`])
+/// before it stops, so that a program that drops its client and exits leaves
+/// nothing behind.
+struct Runtime {
+    /// Always `Some` until drop.
+    runtime: Option<tokio::runtime::Runtime>,
+    client: lock::Redlock,
+}
 
 impl Runtime {
-    fn new() -> Result<Self> {
+    fn new(client: lock::Redlock) -> Result<Self> {
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("quorumlock-blocking")
             .enable_all()
             .build()
-            .map(|rt| Runtime(Some(rt)))
+            .map(|runtime| Runtime {
+                runtime: Some(runtime),
+                client,
+            })
             .map_err(|e| Error::Config(format!("cannot start the blocking client's runtime: {e}")))
     }
 
     fn get(&self) -> &tokio::runtime::Runtime {
-        self.0.as_ref().expect("the runtime lives until drop")
+        self.runtime.as_ref().expect("the runtime lives until drop")
     }
 
     /// Runs `future` to completion on the calling thread.
@@ -71,8 +81,30 @@ impl Runtime {
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if let Some(rt) = self.0.take() {
-            rt.shutdown_background();
+        let Some(runtime) = self.runtime.take() else {
+            return;
+        };
+        let client = self.client.clone();
+        let stop = move || {
+            let report = runtime.block_on(client.shutdown(DEFAULT_SHUTDOWN_TIMEOUT));
+            if !report.is_complete() {
+                tracing::warn!(%report, "blocking client dropped before its work finished");
+            }
+            // Only the connections' I/O tasks are left.
+            runtime.shutdown_background();
+        };
+        if tokio::runtime::Handle::try_current().is_err() {
+            stop();
+        } else {
+            // Inside async code, where blocking is not allowed (and
+            // dropping a runtime the ordinary way panics): on a thread of
+            // its own, so that the releases are still sent.
+            let spawned = std::thread::Builder::new()
+                .name("quorumlock-blocking-shutdown".into())
+                .spawn(stop);
+            if let Err(error) = spawned {
+                tracing::warn!(%error, "cannot shut the blocking client down; its locks expire with their ttl");
+            }
         }
     }
 }
@@ -88,8 +120,8 @@ impl RedlockBuilder {
     pub fn build_blocking(self) -> Result<Redlock> {
         let inner = self.build()?;
         Ok(Redlock {
+            runtime: Arc::new(Runtime::new(inner.clone())?),
             inner,
-            runtime: Arc::new(Runtime::new()?),
         })
     }
 }
@@ -223,6 +255,18 @@ impl Redlock {
             let inner = guard.inner();
             Err(inner.lost_error(inner.last_confirmed()))
         }
+    }
+
+    /// Ends the client and every clone of it: takes no new lock, releases
+    /// every lock still held and waits for the background work, at most
+    /// `timeout`. See [`crate::Redlock::shutdown`]. Dropping the last clone
+    /// and guard does the same, bounded by [`DEFAULT_SHUTDOWN_TIMEOUT`].
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when called from inside a Tokio runtime.
+    pub fn shutdown(&self, timeout: Duration) -> Result<ShutdownReport> {
+        self.runtime.block_on(self.inner.shutdown(timeout))
     }
 
     fn wrap(&self, guard: guard::Guard) -> Guard {

@@ -4,11 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::guard::Holders;
 use crate::handoff::Handoff;
 use crate::lock::Redlock;
 use crate::node::Node;
 use crate::options::LockOptions;
 use crate::replica::ReplicaAck;
+use crate::tasks::Tasks;
 use crate::watchdog::Watchdog;
 
 /// Default lock ttl for callers that have no better figure (the CLI, examples).
@@ -83,6 +85,10 @@ pub(crate) struct Config {
     pub(crate) heal: bool,
     pub(crate) watchdog: Watchdog,
     pub(crate) handoff: Handoff,
+    /// Every lock a guard of this client holds, for shutdown.
+    pub(crate) holders: Holders,
+    /// The client's background work (see `crate::tasks`).
+    pub(crate) tasks: Arc<Tasks>,
 }
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
@@ -290,6 +296,7 @@ impl RedlockBuilder {
         if let Some(ack) = &self.replica_ack {
             ack.validate(self.node_timeout)?;
         }
+        let tasks = Arc::new(Tasks::default());
         let nodes = self
             .nodes
             .into_iter()
@@ -311,7 +318,7 @@ impl RedlockBuilder {
                         client.get_connection_info().addr()
                     )));
                 }
-                Ok(Node::new(client, self.connect_timeout)
+                Ok(Node::new(client, self.connect_timeout, Arc::clone(&tasks))
                     .with_replica_ack(self.replica_ack)
                     .with_batching(self.batching))
             })
@@ -330,6 +337,8 @@ impl RedlockBuilder {
             heal: self.heal,
             watchdog: Watchdog::default(),
             handoff: Handoff::default(),
+            holders: Holders::default(),
+            tasks,
         };
         Ok(Redlock::from_config(Arc::new(config), self.options))
     }

@@ -10,8 +10,9 @@ use std::time::Duration;
 /// The variants separate what a caller handles differently: contention
 /// ([`Error::Held`]: wait or give up), outage ([`Error::Unreachable`]: alert,
 /// retry later), a lock that is no longer ours ([`Error::Lost`]: stop the
-/// critical section), not enough time left ([`Error::ValidityUsedUp`]) and a
-/// mistake in the settings ([`Error::Config`]: fix the code). The
+/// critical section), not enough time left ([`Error::ValidityUsedUp`]), a
+/// mistake in the settings ([`Error::Config`]: fix the code) and a client
+/// that was shut down ([`Error::Closed`]). The
 /// [`Idempotency`](crate::Idempotency) variants separate an operation running
 /// elsewhere ([`Error::InProgress`]), this call's operation failing
 /// ([`Error::OperationFailed`]), an earlier failure given back
@@ -74,6 +75,10 @@ pub enum Error {
     /// Invalid settings or input: fix the call, retrying will not help.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)):
+    /// it takes no new lock, and it released the locks it held.
+    #[error("client shut down")]
+    Closed,
     /// Another caller holds the idempotency key: its operation is running
     /// (or it is claiming the key at this very moment) and no result is
     /// stored yet. Retry later, or let [`Idempotency`](crate::Idempotency)

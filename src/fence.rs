@@ -65,18 +65,25 @@ pub(crate) async fn propose(
     loop {
         let deadline = (Instant::now() + config.node_timeout).min(valid_until);
         let highest = Arc::new(AtomicU64::new(0));
-        let round = quorum::fan_out(&config.nodes, deadline, deadline, Until::Decided, |i| {
-            let (nodes, keys, highest) = (
-                Arc::clone(&config.nodes),
-                Arc::clone(&fence_keys),
-                Arc::clone(&highest),
-            );
-            async move {
-                let (accepted, value) = nodes[i].propose_fence(&keys, proposal).await?;
-                highest.fetch_max(value, Ordering::Relaxed);
-                Ok(accepted)
-            }
-        })
+        let round = quorum::fan_out(
+            &config.nodes,
+            &config.tasks,
+            deadline,
+            deadline,
+            Until::Decided,
+            |i| {
+                let (nodes, keys, highest) = (
+                    Arc::clone(&config.nodes),
+                    Arc::clone(&fence_keys),
+                    Arc::clone(&highest),
+                );
+                async move {
+                    let (accepted, value) = nodes[i].propose_fence(&keys, proposal).await?;
+                    highest.fetch_max(value, Ordering::Relaxed);
+                    Ok(accepted)
+                }
+            },
+        )
         .await;
         if round.reached() {
             return Ok(proposal);

@@ -1,7 +1,8 @@
 //! [`Guard`]: a held lock. Validity, loss signal, extend, release.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -10,6 +11,7 @@ use crate::builder::Config;
 use crate::error::{Error, Result};
 use crate::lock::{Redlock, Resources};
 use crate::quorum::{self, Tally, Until};
+use crate::tasks::Work;
 use crate::watchdog::{self, Held};
 
 /// A held lock.
@@ -23,7 +25,9 @@ use crate::watchdog::{self, Held};
 /// Give the lock back with [`Guard::release`]. Dropping a guard without
 /// releasing it stops its renewal and sends the release in the background
 /// when a Tokio runtime is running (it never blocks); otherwise the keys
-/// expire after their ttl.
+/// expire after their ttl. A background release runs only while the runtime
+/// does: a program that ends soon after should call
+/// [`Redlock::shutdown`], which waits for it (see its docs).
 ///
 /// # Examples
 ///
@@ -47,8 +51,11 @@ use crate::watchdog::{self, Held};
 pub struct Guard {
     redlock: Redlock,
     held: Arc<Held>,
+    /// Registration with the client's holders (see [`Holders`]).
+    holder: u64,
     /// Registration with the watchdog, when auto-renewed.
     renewal: Option<u64>,
+    /// `release` completed: nothing is left for the drop to do.
     released: bool,
 }
 
@@ -81,10 +88,12 @@ impl Guard {
     /// Wraps a fresh lock; registers it with the watchdog when `renew`.
     pub(crate) fn new(redlock: Redlock, held: Held, renew: bool) -> Guard {
         let held = Arc::new(held);
+        let holder = redlock.config.holders.insert(&held);
         let renewal = renew.then(|| watchdog::register(&redlock.config, &held));
         Guard {
             redlock,
             held,
+            holder,
             renewal,
             released: false,
         }
@@ -159,6 +168,9 @@ impl Guard {
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let (ttl, drift) = self.redlock.check_ttl(ttl)?;
         let config = &self.redlock.config;
+        if config.tasks.is_closed() {
+            return Err(Error::Closed);
+        }
         let start = Instant::now();
         let valid_until = self.held.valid_until();
         if self.held.is_lost() || start >= valid_until {
@@ -166,10 +178,17 @@ impl Guard {
         }
         // Confirmations count only if they arrive while the lock is still ours.
         let deadline = (start + config.node_timeout).min(valid_until);
-        let tally = quorum::fan_out(&config.nodes, deadline, deadline, Until::Decided, |i| {
-            let (nodes, held) = (Arc::clone(&config.nodes), Arc::clone(&self.held));
-            async move { nodes[i].extend(held.resources.names(), &held.token, ttl).await }
-        })
+        let tally = quorum::fan_out(
+            &config.nodes,
+            &config.tasks,
+            deadline,
+            deadline,
+            Until::Decided,
+            |i| {
+                let (nodes, held) = (Arc::clone(&config.nodes), Arc::clone(&self.held));
+                async move { nodes[i].extend(held.resources.names(), &held.token, ttl).await }
+            },
+        )
         .await;
         let elapsed = start.elapsed();
         if !tally.reached() {
@@ -209,10 +228,21 @@ impl Guard {
     ///
     /// [`Error::Unreachable`] when fewer than a majority of nodes answered:
     /// the lock may then block other owners until its ttl runs out.
+    /// [`Error::Closed`] when the client was shut down, which released the
+    /// lock itself.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it completes leaves the release to the
+    /// guard's drop (sent in the background, see the type docs).
     pub async fn release(mut self) -> Result<ReleaseReport> {
-        self.released = true;
         self.stop_renewal();
         let config = &self.redlock.config;
+        if config.tasks.is_closed() && !self.held.claim_release() {
+            // The shutdown released the lock.
+            self.released = true;
+            return Err(Error::Closed);
+        }
         let deadline = Instant::now() + config.node_timeout;
         let held = &self.held;
         let tally = release_all(
@@ -225,6 +255,8 @@ impl Guard {
             &[],
         )
         .await;
+        self.released = true;
+        self.redlock.config.holders.remove(self.holder);
         tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
         let report = ReleaseReport {
             nodes: tally.nodes,
@@ -238,8 +270,12 @@ impl Guard {
         }
     }
 
-    /// The [`Error::Lost`] for this lock, with `confirmed` nodes.
+    /// The [`Error::Lost`] for this lock, with `confirmed` nodes
+    /// ([`Error::Closed`] once the client shut down, which takes every lock).
     pub(crate) fn lost_error(&self, confirmed: usize) -> Error {
+        if self.redlock.config.tasks.is_closed() {
+            return Error::Closed;
+        }
         let nodes = self.redlock.nodes();
         Error::Lost {
             confirmed,
@@ -262,27 +298,63 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if self.released {
+        self.stop_renewal();
+        let config = &self.redlock.config;
+        config.holders.remove(self.holder);
+        if self.released || !self.held.claim_release() {
             return;
         }
-        self.stop_renewal();
-        // Never block in Drop: hand the release to the runtime if there is one.
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (config, held) = (Arc::clone(&self.redlock.config), Arc::clone(&self.held));
-            runtime.spawn(async move {
-                let deadline = Instant::now() + config.node_timeout;
-                release_all(
-                    &config,
-                    &held.resources,
-                    &held.token,
-                    held.ttl(),
-                    deadline,
-                    Until::All,
-                    &[],
-                )
-                .await;
-            });
-        }
+        // Never block in Drop: hand the release to the runtime if there is
+        // one, as tracked work that a shutdown waits for.
+        let (task_config, held) = (Arc::clone(config), Arc::clone(&self.held));
+        config.tasks.spawn_if_running(Work::Release, async move {
+            let deadline = Instant::now() + task_config.node_timeout;
+            release_all(
+                &task_config,
+                &held.resources,
+                &held.token,
+                held.ttl(),
+                deadline,
+                Until::All,
+                &[],
+            )
+            .await;
+        });
+    }
+}
+
+/// Every lock held by a guard of one client, so that a shutdown can
+/// release the locks whose guards are still alive.
+#[derive(Debug, Default)]
+pub(crate) struct Holders(Mutex<HolderMap>);
+
+#[derive(Debug, Default)]
+struct HolderMap {
+    locks: HashMap<u64, Arc<Held>>,
+    next_id: u64,
+}
+
+impl Holders {
+    fn map(&self) -> MutexGuard<'_, HolderMap> {
+        // Plain data, valid after a panic in another thread.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn insert(&self, held: &Arc<Held>) -> u64 {
+        let mut map = self.map();
+        let id = map.next_id;
+        map.next_id += 1;
+        map.locks.insert(id, Arc::clone(held));
+        id
+    }
+
+    fn remove(&self, id: u64) {
+        self.map().locks.remove(&id);
+    }
+
+    /// Every lock still held, taken out of the registry.
+    pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
+        self.map().locks.drain().map(|(_, held)| held).collect()
     }
 }
 
@@ -306,7 +378,7 @@ pub(crate) async fn release_all(
     skip: &[usize],
 ) -> Tally {
     let finish_by = deadline.max(Instant::now() + ttl);
-    quorum::fan_out(&config.nodes, deadline, finish_by, until, |i| {
+    quorum::fan_out(&config.nodes, &config.tasks, deadline, finish_by, until, |i| {
         let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
         let skipped = skip.contains(&i);
         async move {

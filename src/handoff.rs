@@ -38,6 +38,7 @@ use tokio::time::Instant;
 use crate::node::Node;
 use crate::quorum;
 use crate::scripts;
+use crate::tasks::{Tasks, Work};
 
 /// Pause before reconnecting a dropped pub/sub connection; a node that is
 /// down is retried at this pace (waiters keep polling meanwhile).
@@ -106,8 +107,14 @@ pub(crate) struct QueueEntry {
 /// whose refusal comes after the lock was taken is sent the removal by that
 /// request itself (see [`Refusals`]). Not awaited (see `quorum::send_all`);
 /// each removal runs after the attempt on its node's connection.
-pub(crate) async fn leave(nodes: &Arc<[Node]>, entry: &QueueEntry, refused: &[usize], finish_by: Instant) {
-    unregister(nodes, &entry.queues, &entry.member, refused, finish_by).await;
+pub(crate) async fn leave(
+    nodes: &Arc<[Node]>,
+    tasks: &Arc<Tasks>,
+    entry: &QueueEntry,
+    refused: &[usize],
+    finish_by: Instant,
+) {
+    unregister(nodes, tasks, &entry.queues, &entry.member, refused, finish_by).await;
 }
 
 /// The nodes that refused one queueing attempt (and so still list its
@@ -161,12 +168,13 @@ impl Refusals {
 /// `which`, without awaiting the replies (see `quorum::send_all`).
 async fn unregister(
     nodes: &Arc<[Node]>,
+    tasks: &Arc<Tasks>,
     queues: &Arc<[String]>,
     member: &Arc<str>,
     which: &[usize],
     finish_by: Instant,
 ) {
-    quorum::send_all(which.len(), finish_by, |j| {
+    quorum::send_all(which.len(), tasks, finish_by, |j| {
         let (nodes, queues, member, node) = (
             Arc::clone(nodes),
             Arc::clone(queues),
@@ -219,6 +227,8 @@ struct Waiter {
     /// The token of the last release that named this waiter, to fold the
     /// messages of one release from several nodes into one wake-up.
     last: Vec<u8>,
+    /// Its queue keys, for a shutdown that takes it off them.
+    queues: Arc<[String]>,
 }
 
 #[derive(Debug)]
@@ -265,6 +275,7 @@ pub(crate) struct Subscription {
     handoff: Weak<Shared>,
     senders: Vec<mpsc::UnboundedSender<Command>>,
     nodes: Arc<[Node]>,
+    tasks: Arc<Tasks>,
     /// This waiter's queue keys, place and member.
     queues: Arc<[String]>,
     place: u64,
@@ -315,7 +326,7 @@ impl Subscription {
             Arc::clone(&self.member),
             self.place.to_string(),
         );
-        quorum::send_all(self.nodes.len(), self.until, |i| {
+        quorum::send_all(self.nodes.len(), &self.tasks, self.until, |i| {
             let (nodes, queues, member, place, ttl_ms) = (
                 Arc::clone(&nodes),
                 Arc::clone(&queues),
@@ -342,18 +353,17 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if self.queued
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            let (nodes, queues, member, until) = (
+        if self.queued {
+            let (nodes, tasks, queues, member, until) = (
                 Arc::clone(&self.nodes),
+                Arc::clone(&self.tasks),
                 Arc::clone(&self.queues),
                 Arc::clone(&self.member),
                 self.until,
             );
-            runtime.spawn(async move {
+            self.tasks.spawn_if_running(Work::Queue, async move {
                 let all: Vec<usize> = (0..nodes.len()).collect();
-                unregister(&nodes, &queues, &member, &all, until).await;
+                unregister(&nodes, &tasks, &queues, &member, &all, until).await;
             });
         }
         let Some(shared) = self.handoff.upgrade() else {
@@ -380,17 +390,19 @@ impl Handoff {
     pub(crate) async fn subscribe(
         &self,
         nodes: &Arc<[Node]>,
+        tasks: &Arc<Tasks>,
         resources: &[String],
         timeout: Duration,
         wait_until: Instant,
     ) -> Subscription {
-        let senders = self.senders(nodes);
+        let senders = self.senders(nodes, tasks);
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
         let until = wait_until + QUEUE_MARGIN;
         let deadline_ms = (since_epoch + until.saturating_duration_since(Instant::now())).as_millis();
         let member: Arc<str> =
             format!("{deadline_ms}:{}:{:016x}", self.shared.id, rand::random::<u64>()).into();
         let mine = Arc::new(Notify::new());
+        let queues: Arc<[String]> = resources.iter().map(|r| queue(r)).collect();
         let mut confirmations = Vec::new();
         {
             let mut waiters = self.shared.waiters();
@@ -398,6 +410,7 @@ impl Handoff {
             let waiter = Waiter {
                 wake: Arc::clone(&mine),
                 last: Vec::new(),
+                queues: Arc::clone(&queues),
             };
             waiters.by_member.insert(Arc::clone(&member), waiter);
             if first {
@@ -415,7 +428,8 @@ impl Handoff {
             handoff: Arc::downgrade(&self.shared),
             senders,
             nodes: Arc::clone(nodes),
-            queues: resources.iter().map(|r| queue(r)).collect(),
+            tasks: Arc::clone(tasks),
+            queues,
             place: u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX),
             member,
             until,
@@ -424,25 +438,53 @@ impl Handoff {
         }
     }
 
+    /// Takes every waiter of this client off its queues on every node (at
+    /// shutdown: a waiter's own task may not run again before its program
+    /// exits, and an entry left behind would be named by releases in place
+    /// of live waiters until its deadline). Not awaited, as
+    /// `quorum::send_all`: a shutdown waits for its tracked work.
+    pub(crate) async fn leave_all(&self, nodes: &Arc<[Node]>, tasks: &Arc<Tasks>, finish_by: Instant) {
+        let queued: Vec<(Arc<str>, Arc<[String]>)> = self
+            .shared
+            .waiters()
+            .by_member
+            .iter()
+            .map(|(member, waiter)| (Arc::clone(member), Arc::clone(&waiter.queues)))
+            .collect();
+        let all: Vec<usize> = (0..nodes.len()).collect();
+        for (member, queues) in queued {
+            unregister(nodes, tasks, &queues, &member, &all, finish_by).await;
+        }
+    }
+
     /// The command senders of every node's subscriber task, starting those
-    /// that are not running.
-    fn senders(&self, nodes: &Arc<[Node]>) -> Vec<mpsc::UnboundedSender<Command>> {
-        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        tasks.resize_with(nodes.len(), || None);
+    /// that are not running (also those whose runtime shut down: their
+    /// receiver was dropped with them, which closes the sender).
+    fn senders(&self, nodes: &Arc<[Node]>, tasks: &Arc<Tasks>) -> Vec<mpsc::UnboundedSender<Command>> {
+        let mut running = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        running.resize_with(nodes.len(), || None);
         (0..nodes.len())
             .map(|i| {
-                if let Some(sender) = tasks[i].as_ref().filter(|s| !s.is_closed()) {
+                if let Some(sender) = running[i].as_ref().filter(|s| !s.is_closed()) {
                     return sender.clone();
                 }
                 let (sender, commands) = mpsc::unbounded_channel();
-                tokio::spawn(subscriber(
+                let subscriber = subscriber(
                     Arc::clone(nodes),
                     i,
                     Arc::downgrade(&self.shared),
                     channel(&self.shared.id),
                     commands,
-                ));
-                tasks[i] = Some(sender.clone());
+                );
+                let closing = tasks.closing().clone();
+                tasks.spawn(Work::Subscription, async move {
+                    // A shutdown ends it, connected or not.
+                    tokio::select! {
+                        () = subscriber => {}
+                        () = closing.cancelled() => {}
+                    }
+                });
+                running[i] = Some(sender.clone());
                 sender
             })
             .collect()

@@ -361,6 +361,9 @@ impl Idempotency {
         if key.is_empty() {
             return Err(Error::Config("empty idempotency key".into()));
         }
+        if self.redlock.config.tasks.is_closed() {
+            return Err(Error::Closed);
+        }
         if self.result_ttl < Duration::from_millis(1) {
             return Err(Error::Config(format!(
                 "result ttl must be at least 1 ms, got {:?}",
@@ -403,7 +406,7 @@ impl Idempotency {
         let found: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::new(Mutex::new(vec![None; nodes.len()]));
         let start = Instant::now();
         let deadline = start + config.node_timeout;
-        let tally = quorum::fan_out(nodes, deadline, deadline, Until::All, |i| {
+        let tally = quorum::fan_out(nodes, &config.tasks, deadline, deadline, Until::All, |i| {
             let (nodes, keys, marker, found) = (
                 Arc::clone(nodes),
                 Arc::clone(keys),
@@ -527,19 +530,26 @@ impl Idempotency {
             now + config.node_timeout,
             now + owner.ttl.max(config.node_timeout),
         );
-        quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
-            let (nodes, keys, marker, record) = (
-                Arc::clone(&config.nodes),
-                Arc::clone(&owner.keys),
-                Arc::clone(&owner.marker),
-                Arc::clone(&record),
-            );
-            async move {
-                let mut cmd = scripts::STORE.eval(&keys);
-                cmd.arg(&*marker).arg(&*record).arg(result_ttl);
-                Ok(nodes[i].send::<i64>(cmd).await? == 1)
-            }
-        })
+        quorum::fan_out(
+            &config.nodes,
+            &config.tasks,
+            deadline,
+            finish_by,
+            Until::All,
+            |i| {
+                let (nodes, keys, marker, record) = (
+                    Arc::clone(&config.nodes),
+                    Arc::clone(&owner.keys),
+                    Arc::clone(&owner.marker),
+                    Arc::clone(&record),
+                );
+                async move {
+                    let mut cmd = scripts::STORE.eval(&keys);
+                    cmd.arg(&*marker).arg(&*record).arg(result_ttl);
+                    Ok(nodes[i].send::<i64>(cmd).await? == 1)
+                }
+            },
+        )
         .await
     }
 
@@ -551,10 +561,17 @@ impl Idempotency {
         let config = &self.redlock.config;
         let now = Instant::now();
         let (deadline, finish_by) = (now + config.node_timeout, now + ttl.max(config.node_timeout));
-        quorum::fan_out(&config.nodes, deadline, finish_by, Until::All, |i| {
-            let (nodes, keys, marker) = (Arc::clone(&config.nodes), Arc::clone(keys), Arc::clone(marker));
-            async move { Ok(nodes[i].release(&keys, &marker).await? > 0) }
-        })
+        quorum::fan_out(
+            &config.nodes,
+            &config.tasks,
+            deadline,
+            finish_by,
+            Until::All,
+            |i| {
+                let (nodes, keys, marker) = (Arc::clone(&config.nodes), Arc::clone(keys), Arc::clone(marker));
+                async move { Ok(nodes[i].release(&keys, &marker).await? > 0) }
+            },
+        )
         .await
     }
 }

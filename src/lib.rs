@@ -18,6 +18,8 @@ mod options;
 mod quorum;
 mod replica;
 mod scripts;
+mod shutdown;
+mod tasks;
 mod watchdog;
 
 pub use builder::{
@@ -31,3 +33,4 @@ pub use idempotency::{DEFAULT_RESULT_TTL, Idempotency};
 pub use lock::{Redlock, Resources};
 pub use options::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, LockOptions};
 pub use replica::{DEFAULT_REPLICA_ACK_TIMEOUT, ReplicaAck};
+pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, ShutdownReport};

@@ -15,6 +15,7 @@ use crate::guard::{Guard, release_all};
 use crate::handoff::{self, QueueEntry, Subscription};
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
+use crate::tasks::Work;
 use crate::watchdog::Held;
 
 /// A distributed lock client over N independent Redis nodes (Redlock).
@@ -118,11 +119,13 @@ impl Redlock {
     /// - [`Error::ValidityUsedUp`] when a majority was reached too late.
     /// - [`Error::Config`] for a zero ttl, a ttl not larger than the per-node
     ///   timeout plus the drift allowance, or empty or duplicate resources.
+    /// - [`Error::Closed`] after [`Redlock::shutdown`].
     ///
     /// # Cancel safety
     ///
-    /// Dropping the future may leave keys set on some nodes until their ttl
-    /// runs out; they block other owners no longer than `ttl`.
+    /// Cancel safe: dropping the future undoes the attempt in flight (its
+    /// release is sent in the background, as tracked work that
+    /// [`Redlock::shutdown`] waits for), so it leaves no key of ours.
     pub async fn try_lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Option<Guard>> {
         let resources = resources.into().validated()?;
         match self.attempt(&resources, ttl, None).await {
@@ -180,7 +183,7 @@ impl Redlock {
                     }
                     return Ok(guard);
                 }
-                Err(e @ Error::Config(_)) => return Err(e),
+                Err(e @ (Error::Config(_) | Error::Closed)) => return Err(e),
                 Err(e) => e,
             };
             if self.options.max_attempts.is_some_and(|max| attempts >= max) || Instant::now() >= deadline {
@@ -193,7 +196,13 @@ impl Redlock {
                 let config = &self.config;
                 let mut joined = config
                     .handoff
-                    .subscribe(&config.nodes, resources.names(), config.node_timeout, deadline)
+                    .subscribe(
+                        &config.nodes,
+                        &config.tasks,
+                        resources.names(),
+                        config.node_timeout,
+                        deadline,
+                    )
                     .await;
                 if !folded {
                     joined.register().await;
@@ -212,15 +221,21 @@ impl Redlock {
             let delay = jitter(self.options.retry_delay);
             tracing::debug!(attempts, ?delay, %error, "lock attempt failed, waiting");
             let wake = (Instant::now() + delay).min(deadline);
+            let closing = self.config.tasks.closing();
+            // A shutdown ends the wait at once: the next attempt says so.
             named = match &subscription {
                 Some(subscription) => {
                     tokio::select! {
                         () = tokio::time::sleep_until(wake) => false,
                         () = subscription.released() => true,
+                        () = closing.cancelled() => false,
                     }
                 }
                 None => {
-                    tokio::time::sleep_until(wake).await;
+                    tokio::select! {
+                        () = tokio::time::sleep_until(wake) => {}
+                        () = closing.cancelled() => {}
+                    }
                     false
                 }
             };
@@ -327,9 +342,20 @@ impl Redlock {
         queue: Option<&QueueEntry>,
     ) -> Result<Guard> {
         let (ttl, drift) = self.check_ttl(ttl)?;
+        if self.config.tasks.is_closed() {
+            return Err(Error::Closed);
+        }
         let token: Arc<str> = new_token().into();
         let keys = resources.names();
         let nodes = &self.config.nodes;
+        let tasks = &self.config.tasks;
+        let mut undo = Undo {
+            config: &self.config,
+            resources,
+            token: &token,
+            ttl,
+            armed: true,
+        };
         let start = Instant::now();
         let deadline = start + self.config.node_timeout;
         // Fenced: each node's fence value, folded into a running maximum.
@@ -339,8 +365,13 @@ impl Redlock {
         let shared_queue = queue.map(|entry| Arc::new(entry.clone()));
         let refusals = queue.map(|_| Arc::new(handoff::Refusals::default()));
         let valid_until = start + ttl - drift;
-        let tally = quorum::fan_out(nodes, deadline, deadline, Until::Decided, |i| {
-            let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
+        let tally = quorum::fan_out(nodes, tasks, deadline, deadline, Until::Decided, |i| {
+            let (nodes, tasks, resources, token) = (
+                Arc::clone(nodes),
+                Arc::clone(tasks),
+                resources.clone(),
+                Arc::clone(&token),
+            );
             let (fence_floor, queue, refusals) =
                 (fence_floor.clone(), shared_queue.clone(), refusals.clone());
             async move {
@@ -358,7 +389,7 @@ impl Redlock {
                 if let (Some(entry), Some(refusals), Ok(Ok(false))) = (&queue, &refusals, &reply)
                     && refusals.refused(i)
                 {
-                    Box::pin(handoff::leave(&nodes, entry, &[i], valid_until)).await;
+                    Box::pin(handoff::leave(&nodes, &tasks, entry, &[i], valid_until)).await;
                 }
                 reply
             }
@@ -381,8 +412,10 @@ impl Redlock {
                         // The nodes that granted took the waiter off their
                         // queue in the same call; those that refused still
                         // list it.
-                        handoff::leave(nodes, entry, &refusals.taken(), valid_until).await;
+                        handoff::leave(nodes, tasks, entry, &refusals.taken(), valid_until).await;
                     }
+                    undo.armed = false;
+                    drop(undo);
                     let held = Held::new(
                         resources.clone(),
                         token,
@@ -393,7 +426,14 @@ impl Redlock {
                         tally.ok,
                         &self.options,
                     );
-                    return Ok(Guard::new(self.clone(), held, self.options.auto_renew));
+                    let guard = Guard::new(self.clone(), held, self.options.auto_renew);
+                    if self.config.tasks.is_closed() {
+                        // Taken while a shutdown released every lock: give
+                        // it back too (or find the shutdown did).
+                        let _ = guard.release().await;
+                        return Err(Error::Closed);
+                    }
+                    return Ok(guard);
                 }
                 (Err(e), _) => e,
                 (Ok(_), _) => Error::ValidityUsedUp { elapsed, ttl, min },
@@ -424,7 +464,41 @@ impl Redlock {
             &refused_by,
         )
         .await;
+        undo.armed = false;
         Err(failure)
+    }
+}
+
+/// Releases the keys of an attempt dropped before it finished (its caller
+/// was cancelled: a timeout, a `select!`, a signal). Requests already handed
+/// to the nodes' connections may still set our keys; the release, handed
+/// over after them, runs after them on each node. Sent in the background
+/// as tracked work (see [`Redlock::shutdown`]).
+struct Undo<'a> {
+    config: &'a Arc<Config>,
+    resources: &'a Resources,
+    token: &'a Arc<str>,
+    ttl: Duration,
+    /// Cleared once the attempt ends on its own: with a guard that owns the
+    /// keys, or after its own release.
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (config, resources, token, ttl) = (
+            Arc::clone(self.config),
+            self.resources.clone(),
+            Arc::clone(self.token),
+            self.ttl,
+        );
+        self.config.tasks.spawn_if_running(Work::Release, async move {
+            let deadline = Instant::now() + config.node_timeout;
+            release_all(&config, &resources, &token, ttl, deadline, Until::All, &[]).await;
+        });
     }
 }
 

@@ -18,12 +18,14 @@ use redis::{
     AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
 };
 use tokio::sync::Mutex;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::batch::{self, Batcher, Op};
 use crate::handoff::QueueEntry;
 use crate::lock::Resources;
 use crate::replica::{Acked, ReplicaAck};
 use crate::scripts;
+use crate::tasks::Tasks;
 
 /// Numbers connections, so that a failed request discards only its own.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -77,13 +79,25 @@ pub(crate) struct Conn {
     config: AsyncConnectionConfig,
     /// The live connection, if any, with a generation number so that a
     /// request that saw it fail discards that connection and not a newer one.
-    slot: Mutex<Option<(u64, MultiplexedConnection)>>,
+    slot: Mutex<Option<Live>>,
+}
+
+/// A connection and what tells whether it still works.
+struct Live {
+    generation: u64,
+    conn: MultiplexedConnection,
+    /// A task that never ends, spawned on the runtime that drives the
+    /// connection's I/O: it counts as finished once that runtime is gone
+    /// (a client kept in a `static` across `#[tokio::test]`s, one runtime
+    /// per job), and the connection with it. Checked on every request, so
+    /// that the first request on a new runtime reconnects instead of failing.
+    runtime_alive: AbortOnDropHandle<()>,
 }
 
 impl Node {
     /// A node that connects on first use (building a client needs neither a
     /// runtime nor a reachable node).
-    pub(crate) fn new(client: Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(client: Client, connect_timeout: Duration, tasks: Arc<Tasks>) -> Self {
         let info = client.get_connection_info();
         let name = format!("{}/{}", info.addr(), info.redis_settings().db());
         let config = AsyncConnectionConfig::new()
@@ -99,14 +113,16 @@ impl Node {
                 config,
                 slot: Mutex::new(None),
             }),
-            batcher: Some(Arc::default()),
+            batcher: Some(Arc::new(Batcher::new(tasks))),
             replica_ack: None,
         }
     }
 
-    /// Turns coalescing of concurrent acquires and releases on or off.
+    /// Turns coalescing of concurrent acquires and releases off (`false`).
     pub(crate) fn with_batching(mut self, on: bool) -> Self {
-        self.batcher = on.then(Arc::default);
+        if !on {
+            self.batcher = None;
+        }
         self
     }
 
@@ -426,8 +442,8 @@ impl Conn {
     {
         let mut slot = self.slot.lock().await;
         let (generation, conn) = match &*slot {
-            Some((generation, conn)) => (*generation, conn.clone()),
-            None => {
+            Some(live) if !live.runtime_alive.is_finished() => (live.generation, live.conn.clone()),
+            _ => {
                 // Boxed: connecting and loading the scripts is a large
                 // future (kilobytes) that, kept inline, would be part of
                 // every request's future, which is built, boxed and moved on
@@ -448,7 +464,11 @@ impl Conn {
                 })
                 .await?;
                 let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
-                *slot = Some((generation, conn.clone()));
+                *slot = Some(Live {
+                    generation,
+                    conn: conn.clone(),
+                    runtime_alive: AbortOnDropHandle::new(tokio::spawn(std::future::pending())),
+                });
                 (generation, conn)
             }
         };
@@ -489,7 +509,7 @@ impl Conn {
         };
         if broken {
             let mut slot = self.slot.lock().await;
-            if slot.as_ref().is_some_and(|(g, _)| *g == generation) {
+            if slot.as_ref().is_some_and(|live| live.generation == generation) {
                 *slot = None;
             }
         }
@@ -599,7 +619,7 @@ mod tests {
     fn request_futures_stay_small() {
         const LIMIT: usize = 512;
         let client = Client::open("redis://127.0.0.1:1/").expect("a valid URL");
-        let node = Node::new(client, Duration::from_secs(1));
+        let node = Node::new(client, Duration::from_secs(1), Arc::default());
         let keys = vec!["k".to_owned()];
         let acquire = node.acquire(&keys, "token", Duration::from_secs(1), None, None);
         let release = node.release(&keys, "token");

@@ -6,6 +6,7 @@
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio::time::Instant;
 use crate::error::{Error, NodeError, NodeErrorKind};
 use crate::node::Node;
 use crate::replica::Acked;
+use crate::tasks::{Tasks, Work};
 
 /// Majority of all configured nodes: `n / 2 + 1`.
 ///
@@ -115,14 +117,15 @@ impl Tally {
 /// is held, its validity), so one hung node can never hold the caller past it.
 ///
 /// Requests still pending when this returns (stopped early, or deadline) are
-/// not dropped but handed to a background task that drives them until
-/// `finish_by`. Dropping them would not be neutral: the redis client skips a
+/// not dropped but handed to a background task of `tasks` that drives them
+/// until `finish_by`. Dropping them would not be neutral: the redis client skips a
 /// request whose caller went away before it was written (e.g. while the
 /// connection was still being set up), so a lock would be set on a bare
 /// majority instead of on every node that could take it, and a release meant
 /// to follow a late SET on a slow node might never be sent.
 pub(crate) async fn gather<T, F, Fut>(
     nodes: &[Node],
+    tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
     op: F,
@@ -165,7 +168,7 @@ pub(crate) async fn gather<T, F, Fut>(
         answered[i] = true;
         stopped = on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break();
     }
-    drive_leftovers(pending, finish_by);
+    drive_leftovers(tasks, Work::Replies, pending, finish_by);
 }
 
 /// Hands `op(i)` to every node `i` and returns without waiting for the
@@ -173,14 +176,14 @@ pub(crate) async fn gather<T, F, Fut>(
 /// requests whose outcome changes nothing for the caller (the hand-off
 /// queue's bookkeeping), but which must keep their place in each node's
 /// order: each is handed over before this returns, as in [`gather`].
-pub(crate) async fn send_all<T, F, Fut>(nodes: usize, finish_by: Instant, op: F)
+pub(crate) async fn send_all<T, F, Fut>(nodes: usize, tasks: &Arc<Tasks>, finish_by: Instant, op: F)
 where
     T: Send + 'static,
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let (pending, _) = start_all(nodes, op).await;
-    drive_leftovers(pending, finish_by);
+    drive_leftovers(tasks, Work::Queue, pending, finish_by);
 }
 
 /// A request and the index of its node.
@@ -227,15 +230,21 @@ where
 }
 
 /// Drives requests still pending when their caller stopped waiting, until
-/// `finish_by` (see [`gather`]). One timer bounds them all, not one per
-/// request: this is on every lock's path.
-fn drive_leftovers<Fut>(pending: FuturesUnordered<Indexed<Fut>>, finish_by: Instant)
-where
+/// `finish_by` (see [`gather`]), as tracked work of kind `kind`. One timer
+/// bounds them all, not one per request: this is on every lock's path.
+fn drive_leftovers<Fut>(
+    tasks: &Arc<Tasks>,
+    kind: Work,
+    pending: FuturesUnordered<Indexed<Fut>>,
+    finish_by: Instant,
+) where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
     if !pending.is_empty() {
-        tokio::spawn(tokio::time::timeout_at(finish_by, pending.for_each(|_| async {})));
+        tasks.spawn(kind, async move {
+            let _ = tokio::time::timeout_at(finish_by, pending.for_each(|_| async {})).await;
+        });
     }
 }
 
@@ -262,6 +271,7 @@ impl Answer for Acked<bool> {
 /// a [`Tally`], until the point `until` names.
 pub(crate) async fn fan_out<A, F, Fut>(
     nodes: &[Node],
+    tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
     until: Until,
@@ -276,7 +286,7 @@ where
         nodes: nodes.len(),
         ..Tally::default()
     };
-    gather(nodes, deadline, finish_by, op, |i, outcome| {
+    gather(nodes, tasks, deadline, finish_by, op, |i, outcome| {
         match outcome.and_then(Answer::answer) {
             Ok(true) => tally.ok += 1,
             Ok(false) => {

@@ -16,10 +16,12 @@
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -29,6 +31,7 @@ use crate::lock::Resources;
 use crate::node::RenewItem;
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
+use crate::tasks::Work;
 
 /// A lock is renewed every `ttl / RENEW_DIVISOR`.
 ///
@@ -46,6 +49,9 @@ pub(crate) struct Held {
     pub(crate) fence: Option<u64>,
     /// Fired once, by whoever sees the loss first (watchdog or local timer).
     lost: CancellationToken,
+    /// The release of our keys was started (by the guard, its drop, a loss
+    /// or a shutdown); the others need not send it again.
+    releasing: AtomicBool,
     state: Mutex<State>,
 }
 
@@ -83,6 +89,7 @@ impl Held {
             token,
             fence,
             lost: CancellationToken::new(),
+            releasing: AtomicBool::new(false),
             state: Mutex::new(State {
                 ttl,
                 valid_until,
@@ -147,6 +154,13 @@ impl Held {
         first
     }
 
+    /// Claims the release of our keys; `true` only for the first caller.
+    /// Independent of the loss signal: a lock whose loss the holder's local
+    /// timer saw first must still be released by the watchdog.
+    pub(crate) fn claim_release(&self) -> bool {
+        !self.releasing.swap(true, Ordering::AcqRel)
+    }
+
     /// Records a majority confirmation of a round that started at `start`
     /// with `ttl`: the lock is ours until `start + ttl - drift`. Returns
     /// `false` (and changes nothing) when the lock was already lost or its
@@ -196,7 +210,10 @@ pub(crate) struct Watchdog {
 struct Registry {
     locks: HashMap<u64, Arc<Held>>,
     next_id: u64,
-    running: bool,
+    /// The renewal task, while it runs. One whose runtime shut down counts
+    /// as finished, so that the next lock taken on another runtime starts a
+    /// new one instead of waiting on a task that will never run again.
+    task: Option<JoinHandle<()>>,
     /// When the sleeping task wakes next (`None`: it is about to scan the
     /// registry anyway). A new lock wakes it only if it needs it sooner, so
     /// that taking a lock costs no wake-up and no scan of all locks.
@@ -229,22 +246,25 @@ pub(crate) fn register(config: &Arc<Config>, held: &Arc<Held>) -> u64 {
     let id = registry.next_id;
     registry.next_id += 1;
     registry.locks.insert(id, Arc::clone(held));
-    if registry.running {
+    if registry.task.as_ref().is_some_and(|task| !task.is_finished()) {
         let needed = held.next_renewal().map_or(held.valid_until(), |(at, _)| at);
         if registry.wake_at.is_some_and(|wake| needed < wake) {
             watchdog.wake.notify_one();
         }
     } else {
-        registry.running = true;
-        tokio::spawn(run(Arc::clone(config)));
+        // Woken by nothing yet: it scans the registry first.
+        registry.wake_at = None;
+        registry.task = Some(config.tasks.spawn(Work::Renewal, run(Arc::clone(config))));
     }
     id
 }
 
 /// The watchdog task: sleeps until the next renewal or expiry, renews all
-/// due locks in one batch, and ends when no lock is left to renew.
+/// due locks in one batch, and ends when no lock is left to renew or the
+/// client shuts down (which releases the locks itself).
 async fn run(config: Arc<Config>) {
     let watchdog = &config.watchdog;
+    let closing = config.tasks.closing();
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
@@ -253,8 +273,9 @@ async fn run(config: Arc<Config>) {
         let mut next_wake: Option<Instant> = None;
         {
             let mut registry = watchdog.registry();
-            if registry.locks.is_empty() {
-                registry.running = false;
+            if registry.locks.is_empty() || closing.is_cancelled() {
+                registry.locks.clear();
+                registry.task = None;
                 return;
             }
             registry.locks.retain(|_, held| {
@@ -313,6 +334,7 @@ async fn run(config: Arc<Config>) {
             tokio::select! {
                 () = tokio::time::sleep_until(at) => {}
                 () = watchdog.wake.notified() => {}
+                () = closing.cancelled() => {}
             }
         }
     }
@@ -336,6 +358,7 @@ async fn renew(config: &Arc<Config>, due: &[Arc<Held>]) {
     let (mut ok, mut other) = (vec![0usize; due.len()], vec![0usize; due.len()]);
     quorum::gather(
         &config.nodes,
+        &config.tasks,
         deadline,
         deadline,
         |i| {
@@ -392,14 +415,17 @@ async fn renew(config: &Arc<Config>, due: &[Arc<Held>]) {
 }
 
 /// Fires the holder's loss signal (once) and releases our token everywhere,
-/// best effort: our keys may still sit on some nodes.
+/// best effort: our keys may still sit on some nodes. The release is sent
+/// even when the holder's local timer fired the signal first.
 fn lose(config: &Arc<Config>, held: &Arc<Held>, reason: &'static str) {
-    if !held.mark_lost() {
+    if held.mark_lost() {
+        tracing::warn!(resources = ?held.resources.names(), reason, "lock lost");
+    }
+    if !held.claim_release() {
         return;
     }
-    tracing::warn!(resources = ?held.resources.names(), reason, "lock lost");
     let (config, held) = (Arc::clone(config), Arc::clone(held));
-    tokio::spawn(async move {
+    config.tasks.clone().spawn(Work::Release, async move {
         let deadline = Instant::now() + config.node_timeout;
         release_all(
             &config,

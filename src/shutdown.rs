@@ -1,0 +1,156 @@
+//! [`Redlock::shutdown`]: the end of a client, with nothing left behind.
+
+use std::fmt;
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::Instant;
+
+use crate::guard::release_all;
+use crate::lock::{Redlock, Resources};
+use crate::quorum::{self, Until};
+
+/// Default bound of a shutdown that nobody gave a timeout: the CLI's, and
+/// the blocking client's when it is dropped.
+///
+/// A release at shutdown may first have to connect (the connect timeout,
+/// [`crate::DEFAULT_CONNECT_TIMEOUT`], 1 s) and then wait for the reply (the
+/// node timeout, [`crate::DEFAULT_NODE_TIMEOUT`], 100 ms); two seconds cover
+/// both with room for a loaded machine, and are short enough for a program
+/// on its way out.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What [`Redlock::shutdown`] achieved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+#[must_use = "a shutdown that did not complete may leave keys until their ttl"]
+pub struct ShutdownReport {
+    /// Locks still held when the shutdown began, released by it.
+    pub released: usize,
+    /// Of those, the locks whose release no majority confirmed in time: they
+    /// may keep others out until their ttl runs out.
+    pub unconfirmed: Vec<Resources>,
+    /// Background work still running when the timeout passed, as
+    /// `(what, how many)`: `"releases"`, `"late replies"` (requests whose
+    /// caller stopped waiting, driven so that the release behind them is
+    /// sent), `"queue updates"` (hand-off bookkeeping), `"renewal loop"`,
+    /// `"request batches"`, `"wake-up subscriptions"`.
+    pub unfinished: Vec<(&'static str, usize)>,
+}
+
+impl ShutdownReport {
+    /// Every release was confirmed and all background work finished: the
+    /// client left no key of its own on a majority of nodes.
+    pub fn is_complete(&self) -> bool {
+        self.unconfirmed.is_empty() && self.unfinished.is_empty()
+    }
+}
+
+impl fmt::Display for ShutdownReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "released {} held lock(s)", self.released)?;
+        if !self.unconfirmed.is_empty() {
+            let names: Vec<&[String]> = self.unconfirmed.iter().map(Resources::names).collect();
+            write!(f, "; not confirmed by a majority: {names:?}")?;
+        }
+        for (i, (what, count)) in self.unfinished.iter().enumerate() {
+            let lead = if i == 0 { "; unfinished: " } else { ", " };
+            write!(f, "{lead}{count} {what}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Redlock {
+    /// Ends the client (and every clone of it): takes no new lock, releases
+    /// every lock its guards still hold, and waits until its background
+    /// work is done or `timeout` has passed.
+    ///
+    /// Call it before a short program exits (a cron job, a CLI, a serverless
+    /// handler, the end of `main`). A lock's work does not end where its
+    /// caller stops waiting: the release after a failed attempt, the release
+    /// of a dropped guard and a waiter leaving the queues run in the
+    /// background, on the caller's runtime, and a runtime that shuts down
+    /// drops them unsent. Without this call:
+    /// - a guard dropped at the end of `#[tokio::main]` releases nothing (its
+    ///   release is spawned on a runtime that is about to stop);
+    /// - a failed `try_lock` may leave our keys on the nodes that granted it,
+    ///   for the whole ttl.
+    ///
+    /// Both only delay others (the keys expire with their ttl); neither can
+    /// give two holders. Long-lived services need not call it, though it is
+    /// the clean way to stop one.
+    ///
+    /// Guards still alive report the lock lost ([`Guard::lost`] completes,
+    /// `with_lock` stops its work with [`Error::Closed`]); their
+    /// [`Guard::release`] returns [`Error::Closed`]. Calls after it return
+    /// [`Error::Closed`]; a second shutdown waits for what is left.
+    ///
+    /// [`Guard::lost`]: crate::Guard::lost
+    /// [`Guard::release`]: crate::Guard::release
+    /// [`Error::Closed`]: crate::Error::Closed
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use quorumlock::{DEFAULT_SHUTDOWN_TIMEOUT, Redlock};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
+    /// if let Some(_guard) = redlock.try_lock("report:daily", Duration::from_secs(60)).await? {
+    ///     // build the report
+    /// }
+    /// // The guard is dropped: its release is in the background. Wait for it.
+    /// let report = redlock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    /// if !report.is_complete() {
+    ///     eprintln!("shutdown: {report}");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+        let deadline = Instant::now() + timeout;
+        let config = &self.config;
+        // First: from here on no attempt hands over a lock (see `attempt`).
+        config.tasks.closing().cancel();
+        config
+            .handoff
+            .leave_all(&config.nodes, &config.tasks, deadline)
+            .await;
+        let held = config.holders.take_all();
+        let releases = held.into_iter().filter_map(|held| {
+            held.mark_lost();
+            held.claim_release().then_some(async move {
+                let tally = release_all(
+                    config,
+                    &held.resources,
+                    &held.token,
+                    held.ttl(),
+                    deadline,
+                    Until::All,
+                    &[],
+                )
+                .await;
+                let confirmed = tally.ok + tally.refused >= quorum::quorum(tally.nodes);
+                (held.resources.clone(), confirmed)
+            })
+        });
+        let outcomes = join_all(releases).await;
+        let released = outcomes.len();
+        let unconfirmed = outcomes
+            .into_iter()
+            .filter(|(_, confirmed)| !confirmed)
+            .map(|(resources, _)| resources)
+            .collect();
+        let unfinished = config.tasks.close_and_wait(deadline).await;
+        let report = ShutdownReport {
+            released,
+            unconfirmed,
+            unfinished,
+        };
+        tracing::debug!(%report, "client shut down");
+        report
+    }
+}
