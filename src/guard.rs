@@ -139,7 +139,9 @@ impl Guard {
     /// Completes when the lock is lost: when renewal finds another owner on a
     /// majority of nodes, or at the latest when [`Guard::valid_until`] passes
     /// without a confirmed renewal (a local timer, so it fires on time even
-    /// when every node hangs). Completes at once if the lock is already lost.
+    /// when every node hangs), or when the client is shut down
+    /// ([`Redlock::shutdown`] releases every lock). Completes at once if the
+    /// lock is already lost.
     ///
     /// # Cancel safety
     ///

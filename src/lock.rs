@@ -253,7 +253,8 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// As [`Redlock::lock`], plus [`Error::Lost`]. A release that fails after
+    /// As [`Redlock::lock`], plus [`Error::Lost`] ([`Error::Closed`] when
+    /// the loss was a [`Redlock::shutdown`]). A release that fails after
     /// `work` completed is logged, not returned: the work is done.
     ///
     /// # Examples

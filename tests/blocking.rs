@@ -198,3 +198,43 @@ fn calls_from_inside_a_runtime_are_config_errors() {
     // Dropping the last handle of a client (its runtime) in async code must not panic.
     runtime.block_on(async move { drop(redlock) });
 }
+
+/// A refused attempt leaves its keys on the nodes that granted them to a
+/// background release; the client's drop waits for it (bounded), so a
+/// program that drops its client and exits leaves nothing of its own.
+#[test]
+fn dropping_the_client_finishes_its_background_releases() {
+    let nodes = start_nodes(5);
+    for node in &nodes[..3] {
+        support::set_foreign(node, "refused", "another-owner", 20_000);
+    }
+    let redlock = client(&nodes);
+    assert!(
+        redlock
+            .try_lock("refused", Duration::from_secs(20))
+            .expect("nodes up")
+            .is_none()
+    );
+    drop(redlock);
+    for node in &nodes[3..] {
+        assert_eq!(dbsize(node), 0, "port {}: a key of ours is left", node.port());
+    }
+}
+
+#[test]
+fn shutdown_releases_a_held_lock_and_closes_the_client() {
+    let nodes = start_nodes(3);
+    let redlock = client(&nodes);
+    let guard = redlock.lock("held", Duration::from_secs(30)).expect("lock");
+    let report = redlock
+        .shutdown(quorumlock::DEFAULT_SHUTDOWN_TIMEOUT)
+        .expect("outside a runtime");
+    assert!(report.is_complete(), "{report}");
+    assert_eq!(report.released, 1);
+    assert!(nodes.iter().all(|n| dbsize(n) == 0), "keys left after shutdown");
+    assert!(!guard.is_held());
+    assert!(matches!(
+        redlock.try_lock("other", Duration::from_secs(5)),
+        Err(Error::Closed)
+    ));
+}
