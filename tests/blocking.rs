@@ -201,14 +201,34 @@ fn calls_from_inside_a_runtime_are_config_errors() {
 
 /// A refused attempt leaves its keys on the nodes that granted them to a
 /// background release; the client's drop waits for it (bounded), so a
-/// program that drops its client and exits leaves nothing of its own.
+/// program that drops its client and exits leaves nothing of its own. The
+/// free nodes are 150 ms away each way, so that the release is still on its
+/// way when the client is dropped.
 #[test]
 fn dropping_the_client_finishes_its_background_releases() {
     let nodes = start_nodes(5);
     for node in &nodes[..3] {
         support::set_foreign(node, "refused", "another-owner", 20_000);
     }
-    let redlock = client(&nodes);
+    let proxy_runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let proxies: Vec<support::Proxy> = proxy_runtime.block_on(async {
+        nodes[3..]
+            .iter()
+            .map(|node| {
+                let proxy = support::Proxy::start(node.port());
+                proxy.set_latency(Duration::from_millis(150));
+                proxy
+            })
+            .collect()
+    });
+    let urls = support::urls(&nodes[..3])
+        .into_iter()
+        .chain(proxies.iter().map(support::Proxy::url));
+    let redlock = Redlock::builder()
+        .nodes(urls)
+        .node_timeout(Duration::from_millis(500))
+        .build_blocking()
+        .expect("config");
     assert!(
         redlock
             .try_lock("refused", Duration::from_secs(20))
