@@ -290,6 +290,51 @@ fn exit_statuses_pass_through() {
 }
 
 #[test]
+fn the_grace_period_defaults_to_fit_a_short_ttl_and_a_longer_one_is_refused() {
+    let nodes = start_nodes(1);
+    let short = output(quorumlock(
+        &nodes,
+        &["run", "--key", "cli:grace", "--ttl", "2s", "--", "true"],
+    ));
+    assert_eq!(short.status.code(), Some(0), "stderr: {}", text(&short.stderr));
+
+    let refused = output(quorumlock(
+        &nodes,
+        &[
+            "run",
+            "--key",
+            "cli:grace",
+            "--grace",
+            "3s",
+            "--ttl",
+            "2s",
+            "--",
+            "true",
+        ],
+    ));
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(USAGE), "{stderr}");
+    assert!(
+        stderr.contains("--grace 3s") && stderr.contains("--ttl 2s"),
+        "{stderr}"
+    );
+
+    // The ttl was not given: the message says it is the default.
+    let refused = output(quorumlock(
+        &nodes,
+        &["run", "--key", "cli:grace", "--grace", "20s", "--", "true"],
+    ));
+    let stderr = text(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(USAGE), "{stderr}");
+    assert!(
+        stderr.contains("--grace 20s") && stderr.contains("30s (default)"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--ttl 30s"), "{stderr}");
+    assert_eq!(support::dbsize(&nodes[0]), 0, "the run released its lock");
+}
+
+#[test]
 fn bad_arguments_exit_2_with_a_message() {
     let node = ["--nodes", "redis://127.0.0.1:1"];
     let cases: &[(&[&str], &str)] = &[

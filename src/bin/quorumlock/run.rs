@@ -21,13 +21,19 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use quorumlock::{Error, Guard, LockOptions};
+use quorumlock::{DEFAULT_TTL, Error, Guard, LockOptions};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use crate::duration::{self, show};
 use crate::{Nodes, exit, fail};
+
+/// The grace period when `--grace` is not given (and the ttl allows it):
+/// long enough for a command to flush and close what it has open, short
+/// enough that a stuck command does not hold the lock for long after a loss.
+/// With a ttl under 20 s, half the ttl is used instead.
+const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 const RUN_HELP: &str = "\
 Examples:
@@ -45,15 +51,16 @@ pub(crate) struct Args {
     /// The lock's resource name (the Redis key on every node).
     #[arg(long, value_name = "KEY")]
     key: String,
-    /// Lock ttl: how long the lock outlives a crashed quorumlock; renewed every ttl/3.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
-    ttl: Duration,
+    /// Lock ttl: how long the lock outlives a crashed quorumlock; renewed every ttl/3 [default: 30s]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    ttl: Option<Duration>,
     /// How long to wait while another owner holds the lock; 0 makes one attempt.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
     wait: Duration,
-    /// Time between SIGTERM and SIGKILL when the lock is lost; at most half the ttl.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
-    grace: Duration,
+    /// Time between SIGTERM and SIGKILL when the lock is lost; at most half the ttl
+    /// [default: 10s, or half the ttl if that is less]
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    grace: Option<Duration>,
     /// Report acquisition, release and termination on stderr.
     #[arg(long, short)]
     verbose: bool,
@@ -64,22 +71,36 @@ pub(crate) struct Args {
     command: Vec<OsString>,
 }
 
+/// The ttl and grace period to use, or the usage error to print. Only flags
+/// the user gave are named in the error.
+fn timing(args: &Args) -> Result<(Duration, Duration), String> {
+    let ttl = args.ttl.unwrap_or(DEFAULT_TTL);
+    let Some(grace) = args.grace else {
+        return Ok((ttl, DEFAULT_GRACE.min(ttl / 2)));
+    };
+    if grace * 2 > ttl {
+        let ttl_given = match args.ttl {
+            Some(_) => format!("--ttl {}", show(ttl)),
+            None => format!("the ttl, {} (default)", show(ttl)),
+        };
+        return Err(format!(
+            "--grace {} must be at most half of {ttl_given}: the command is stopped when less than \
+             the grace period of validity is left, which must come after the first renewal; \
+             give a longer --ttl or a shorter --grace",
+            show(grace)
+        ));
+    }
+    Ok((ttl, grace))
+}
+
 pub(crate) async fn run(args: Args) -> ExitCode {
     if args.key.is_empty() {
         return fail(exit::USAGE, "--key must not be empty");
     }
-    if args.grace * 2 > args.ttl {
-        return fail(
-            exit::USAGE,
-            format!(
-                "--grace {} must be at most half of --ttl {}: the command is stopped when less than \
-                 the grace period of validity is left, which must come after the first renewal; \
-                 give a longer --ttl or a shorter --grace",
-                show(args.grace),
-                show(args.ttl)
-            ),
-        );
-    }
+    let (ttl, grace) = match timing(&args) {
+        Ok(timing) => timing,
+        Err(message) => return fail(exit::USAGE, message),
+    };
     let mut options = LockOptions::new().wait(args.wait);
     if args.wait.is_zero() {
         options = options.max_attempts(1);
@@ -96,7 +117,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Err(e) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {e}")),
     };
     let guard = tokio::select! {
-        result = redlock.lock(args.key.as_str(), args.ttl) => match result {
+        result = redlock.lock(args.key.as_str(), ttl) => match result {
             Ok(guard) => guard,
             Err(e) => return lock_failed(&args, &e),
         },
@@ -126,7 +147,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             return fail(code, format!("cannot run {program}: {e}"));
         }
     };
-    let (status, termination) = supervise(&mut child, &guard, &mut signals, args.grace).await;
+    let (status, termination) = supervise(&mut child, &guard, &mut signals, grace).await;
     let status = match status {
         Ok(status) => status,
         Err(e) => return fail(exit::INTERNAL, format!("waiting for the command failed: {e}")),
@@ -161,7 +182,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Err(e) => eprintln!(
             "quorumlock: warning: release of {:?} failed ({e}); it expires within {}",
             args.key,
-            show(args.ttl)
+            show(ttl)
         ),
     }
     ExitCode::from(code_of(status))
@@ -331,11 +352,47 @@ impl Signals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: Args,
+    }
+
+    fn timing_of(flags: &[&str]) -> Result<(Duration, Duration), String> {
+        let argv = ["run", "--key", "k"].iter().chain(flags).chain(&["--", "true"]);
+        timing(&Wrapper::try_parse_from(argv).expect("parses").args)
+    }
 
     #[test]
     fn signal_deaths_become_128_plus_the_signal() {
         assert_eq!(code_of(ExitStatus::from_raw(7 << 8)), 7);
         assert_eq!(code_of(ExitStatus::from_raw(libc::SIGTERM)), 143);
         assert_eq!(code_of(ExitStatus::from_raw(libc::SIGKILL)), 137);
+    }
+
+    #[test]
+    fn the_default_grace_never_conflicts_with_the_ttl() {
+        let s = Duration::from_secs;
+        assert_eq!(timing_of(&[]), Ok((DEFAULT_TTL, DEFAULT_GRACE)));
+        assert_eq!(timing_of(&["--ttl", "2s"]), Ok((s(2), s(1))));
+        assert_eq!(timing_of(&["--ttl", "1m"]), Ok((s(60), DEFAULT_GRACE)));
+        assert_eq!(timing_of(&["--ttl", "2s", "--grace", "1s"]), Ok((s(2), s(1))));
+    }
+
+    #[test]
+    fn a_too_long_grace_names_only_the_flags_given() {
+        let error = timing_of(&["--ttl", "2s", "--grace", "3s"]).unwrap_err();
+        assert!(
+            error.contains("--grace 3s") && error.contains("--ttl 2s"),
+            "{error}"
+        );
+        let error = timing_of(&["--grace", "20s"]).unwrap_err();
+        assert!(
+            error.contains("--grace 20s") && error.contains("30s (default)"),
+            "{error}"
+        );
+        assert!(!error.contains("--ttl 30s"), "{error}");
     }
 }
