@@ -1,12 +1,16 @@
 //! The `quorumlock` command-line tool: `run` (a flock(1) across machines),
 //! `check` (are the nodes fit for Redlock?) and `demo`.
 
-#![deny(unsafe_code)] // except the two reviewed libc calls in run.rs
+// Unsafe only in small reviewed libc calls, each allowed where it is made.
+#![deny(unsafe_code)]
 
 mod check;
 mod demo;
 mod duration;
+mod guardian;
+mod reap;
 mod run;
+mod supervise;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,10 +28,12 @@ pub(crate) mod exit {
     pub(crate) const UNREACHABLE: u8 = 69;
     /// Another owner held the lock for the whole `--wait` (sysexits' EX_TEMPFAIL: try later).
     pub(crate) const BUSY: u8 = 75;
-    /// The lock was lost (or about to be) while the command ran; the command was terminated.
+    /// The lock was lost (or about to be) while the command ran, or its validity passed
+    /// while quorumlock was stopped; the command was terminated.
     /// Outside the sysexits meanings and the shell's 126+ range on purpose.
     pub(crate) const LOST: u8 = 79;
-    /// quorumlock itself failed (not the command, not the nodes).
+    /// quorumlock itself failed (not the command, not the nodes), e.g. its guardian
+    /// process died; a running command was terminated.
     pub(crate) const INTERNAL: u8 = 125;
     /// The command exists but could not be executed (as in the shell).
     pub(crate) const CANNOT_EXECUTE: u8 = 126;
@@ -47,8 +53,9 @@ Examples:
 
 Exit statuses of `run`: the command's own (128+N when it died of signal N);
   2 bad usage, 69 nodes unreachable, 75 lock busy, 79 lock lost (command
-  terminated), 125 quorumlock failed, 126 command not executable, 127 command
-  not found. `check`: 0 usable, 1 a node is unusable, 2 bad usage.";
+  terminated), 125 quorumlock failed (command terminated), 126 command not
+  executable, 127 command not found.
+  `check`: 0 usable, 1 a node is unusable, 2 bad usage.";
 
 /// Distributed locks over N independent Redis nodes (Redlock).
 #[derive(Parser, Debug)]
@@ -66,6 +73,9 @@ enum Command {
     Check(check::Args),
     /// Contending workers over local (or given) nodes while a node crashes.
     Demo(demo::Args),
+    /// Internal: the guardian process of `run` (reads its pipe on stdin).
+    #[command(name = guardian::SUBCOMMAND, hide = true)]
+    Guardian,
 }
 
 /// The nodes to use: `--nodes` or `QUORUMLOCK_NODES`.
@@ -112,6 +122,10 @@ pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Guardian = cli.command {
+        // A plain synchronous loop: no runtime, no threads.
+        return guardian::main();
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(exit::INTERNAL, format!("cannot start the runtime: {e}")),
@@ -120,6 +134,7 @@ fn main() -> ExitCode {
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Check(args) => runtime.block_on(check::run(args)),
         Command::Demo(args) => runtime.block_on(demo::run(args)),
+        Command::Guardian => guardian::main(),
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! The command runs in its own process group, so that the whole tree it
 //! starts can be signalled. While it runs, the client's watchdog renews the
-//! lock every ttl/3. The command is terminated (SIGTERM to its group, SIGKILL
+//! lock every ttl/3. The command's group is terminated (SIGTERM, SIGKILL
 //! `--grace` later) as soon as either
 //! - the lock is lost (another owner on a majority, or its validity passed), or
 //! - renewal has not been confirmed for so long that less than `--grace` of
@@ -12,8 +12,29 @@
 //!   someone else when nodes fail; only a sudden loss (a majority reporting
 //!   another owner) can leave an overlap, of at most the grace period.
 //!
-//! Signals sent to quorumlock (INT, TERM, HUP, QUIT) are forwarded to the
-//! command's group; quorumlock keeps the lock until the command has exited.
+//! No process of the command outlives the lock, whatever ends quorumlock:
+//! - A guardian process (see [`crate::guardian`]) kills the command's group
+//!   when quorumlock dies (SIGKILL, the OOM killer) or stops renewing in time
+//!   (SIGSTOP, a hang): it is told the lock's validity deadline after every
+//!   renewal.
+//! - After the command exits, processes left in its group (a `&` job) get
+//!   SIGTERM, then SIGKILL after `--grace`; the lock is kept, and renewed,
+//!   until the group is empty, and released only then.
+//! - quorumlock is a child subreaper and reaps every child (see
+//!   [`crate::reap`]), so orphans of the command leave no zombies, also when
+//!   quorumlock is PID 1 in a container. Processes that leave the group
+//!   (`setsid`, `setpgid`) are out of its reach.
+//!
+//! Signals: INT, TERM, HUP and QUIT are forwarded to the command's group,
+//! and SIGKILL follows `--grace` later, so that a command that ignores them
+//! cannot keep the lock forever; quorumlock keeps the lock until the group
+//! has ended and passes the command's status through. While waiting for the
+//! lock, they end the wait (exit 128+signal). SIGTSTP (Ctrl-Z) stops the
+//! command's group, then quorumlock; once continued, the group continues only
+//! if the lock is still held with more than `--grace` of validity left, and
+//! is killed otherwise (exit 79): the command never runs while the lock's
+//! validity may have passed. The guardian enforces the same while
+//! quorumlock is stopped.
 
 use std::ffi::OsString;
 use std::io;
@@ -21,12 +42,13 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use quorumlock::{DEFAULT_TTL, Error, Guard, LockOptions};
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{Signal, SignalKind, signal};
+use quorumlock::{DEFAULT_TTL, Error, Guard, LockOptions, Redlock};
 use tokio::time::{Instant, sleep_until};
 
 use crate::duration::{self, show};
+use crate::guardian::Guardian;
+use crate::reap::{Reaper, stop_self};
+use crate::supervise::{self, Ending, Job, Signals};
 use crate::{Nodes, exit, fail};
 
 /// The grace period when `--grace` is not given (and the ttl allows it):
@@ -35,6 +57,10 @@ use crate::{Nodes, exit, fail};
 /// With a ttl under 20 s, half the ttl is used instead.
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
+/// How long to wait for the guardian to exit after it was told to stand
+/// down; it exits at once, so this only bounds a guardian that hangs.
+const GUARDIAN_EXIT_WAIT: Duration = Duration::from_secs(1);
+
 const RUN_HELP: &str = "\
 Examples:
   # crontab: the nightly archive runs on one machine of the fleet; the others skip it
@@ -42,7 +68,18 @@ Examples:
   # wait up to 2 minutes for a busy lock, renew a 1-minute ttl while the job runs
   quorumlock run --key reindex --ttl 1m --wait 2m --nodes redis://a:6379,redis://b:6379,redis://c:6379 -- ./reindex.sh
 
-The command runs in its own process group and should not read from the terminal.";
+The command runs in its own process group and should not read from the terminal.
+No process of that group runs without the lock:
+  - when the lock is lost, or less than --grace of validity is left unconfirmed,
+    the group gets SIGTERM, then SIGKILL after --grace (exit 79);
+  - a guardian process kills the group if quorumlock dies (even by SIGKILL) or
+    is stopped past the lock's validity;
+  - processes left in the group after the command exits (a `&` job) get SIGTERM,
+    then SIGKILL after --grace; the lock is released once the group is empty.
+Signals INT, TERM, HUP, QUIT are forwarded to the group, with SIGKILL after
+--grace; the command's status is returned. Ctrl-Z stops the group and
+quorumlock; on continuing, the group resumes only if the lock is still held
+with more than --grace of validity left, else it is killed (exit 79).";
 
 /// Options of `quorumlock run`.
 #[derive(clap::Args, Debug)]
@@ -57,8 +94,8 @@ pub(crate) struct Args {
     /// How long to wait while another owner holds the lock; 0 makes one attempt.
     #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
     wait: Duration,
-    /// Time between SIGTERM and SIGKILL when the lock is lost; at most half the ttl
-    /// [default: 10s, or half the ttl if that is less]
+    /// Time between SIGTERM and SIGKILL when the command's group is terminated; at most half
+    /// the ttl [default: 10s, or half the ttl if that is less]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
     /// Report acquisition, release and termination on stderr.
@@ -110,19 +147,42 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Ok(Err(e)) => return fail(exit::USAGE, e),
         Err(message) => return fail(exit::USAGE, message),
     };
+    let code = hold(&args, &redlock, ttl, grace).await;
+    finish(&redlock, code).await
+}
+
+/// The one way out of `run` once the client exists, so that nothing the
+/// client still does in the background is lost at exit.
+#[expect(unused_variables, reason = "the client's shutdown is called here")]
+async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
+    // merge: redlock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await, report unfinished work on stderr
+    code
+}
+
+/// Takes the lock, runs the command under it, and gives the lock back.
+async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) -> ExitCode {
     // Catch signals from now on: an interrupted wait must not leave the
     // process killed mid-request, and a running command gets them forwarded.
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(e) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {e}")),
     };
-    let guard = tokio::select! {
-        result = redlock.lock(args.key.as_str(), ttl) => match result {
-            Ok(guard) => guard,
-            Err(e) => return lock_failed(&args, &e),
-        },
-        signo = signals.next() => {
-            return fail(128 + signo as u8, format!("interrupted (signal {signo}) while waiting for lock {:?}", args.key));
+    let lock = redlock.lock(args.key.as_str(), ttl);
+    tokio::pin!(lock);
+    let guard = loop {
+        tokio::select! {
+            result = &mut lock => match result {
+                Ok(guard) => break guard,
+                Err(e) => return lock_failed(args, &e),
+            },
+            signo = signals.next() => {
+                if signo == libc::SIGTSTP {
+                    // Nothing runs yet: stop as the default action would.
+                    stop_self();
+                    continue;
+                }
+                return fail(128 + signo as u8, format!("interrupted (signal {signo}) while waiting for lock {:?}", args.key));
+            }
         }
     };
     if args.verbose {
@@ -134,9 +194,17 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             show(guard.remaining())
         );
     }
-    let mut child = match spawn(&args.command) {
+    let (mut reaper, mut guardian) = match start_guardian(&guard) {
+        Ok(started) => started,
+        Err(e) => {
+            let _ = guard.release().await;
+            return fail(exit::INTERNAL, format!("cannot start the guardian process: {e}"));
+        }
+    };
+    let child = match supervise::spawn(&args.command, guardian.fd()) {
         Ok(child) => child,
         Err(e) => {
+            stand_down(&mut guardian, &mut reaper).await;
             let _ = guard.release().await;
             let program = args.command[0].to_string_lossy();
             let code = match e.kind() {
@@ -147,18 +215,28 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             return fail(code, format!("cannot run {program}: {e}"));
         }
     };
-    let (status, termination) = supervise(&mut child, &guard, &mut signals, grace).await;
-    let status = match status {
-        Ok(status) => status,
-        Err(e) => return fail(exit::INTERNAL, format!("waiting for the command failed: {e}")),
-    };
-    if let Some(reason) = termination {
+    reaper.watch(child.id());
+    let Ending { status, termination } = Job {
+        group: child.id(),
+        guard: &guard,
+        guardian: &mut guardian,
+        reaper: &mut reaper,
+        signals: &mut signals,
+        grace,
+        ttl,
+        verbose: args.verbose,
+    }
+    .supervise()
+    .await;
+    // The group is empty: nothing is left for the guardian to kill.
+    stand_down(&mut guardian, &mut reaper).await;
+    if let Some((code, reason)) = termination {
         // Give back what is left of the lock (nothing, if it was lost).
         if guard.is_held() {
             let _ = guard.release().await;
         }
         return fail(
-            exit::LOST,
+            code,
             format!(
                 "lock {:?} {reason}; the command was terminated ({status})",
                 args.key
@@ -171,6 +249,36 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             args.key
         );
     }
+    release(args, guard, ttl).await;
+    ExitCode::from(code_of(status))
+}
+
+/// Starts reaping, then the guardian, and tells it the lock's deadline.
+fn start_guardian(guard: &Guard) -> io::Result<(Reaper, Guardian)> {
+    let mut reaper = Reaper::new()?;
+    let mut guardian = Guardian::spawn()?;
+    reaper.watch(guardian.pid());
+    // On failure the guardian is dropped with its pipe: it reads end of
+    // file, has no group to kill, and exits.
+    guardian.update(guard.valid_until())?;
+    Ok((reaper, guardian))
+}
+
+/// Tells the guardian to exit and waits (bounded) until it is reaped.
+async fn stand_down(guardian: &mut Guardian, reaper: &mut Reaper) {
+    // A guardian that is already gone cannot be told; it is reaped all the same.
+    let _ = guardian.stand_down();
+    let until = Instant::now() + GUARDIAN_EXIT_WAIT;
+    reaper.reap();
+    while reaper.status(guardian.pid()).is_none() {
+        tokio::select! {
+            () = reaper.changed() => {}
+            () = sleep_until(until) => return,
+        }
+    }
+}
+
+async fn release(args: &Args, guard: Guard, ttl: Duration) {
     match guard.release().await {
         Ok(report) if args.verbose => {
             eprintln!(
@@ -185,7 +293,6 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             show(ttl)
         ),
     }
-    ExitCode::from(code_of(status))
 }
 
 /// The exit status and message for a lock that could not be taken.
@@ -211,101 +318,6 @@ fn lock_failed(args: &Args, error: &Error) -> ExitCode {
     }
 }
 
-/// Starts the command in a new process group. On Linux it is also set to
-/// be killed if quorumlock dies, so that it never outlives the renewals.
-fn spawn(command: &[OsString]) -> io::Result<Child> {
-    let mut cmd = Command::new(&command[0]);
-    cmd.args(&command[1..]).process_group(0);
-    #[cfg(target_os = "linux")]
-    {
-        let parent = std::process::id();
-        // SAFETY: prctl and getppid are async-signal-safe and touch no memory
-        // of the parent; nothing here allocates or takes locks.
-        #[allow(unsafe_code)]
-        unsafe {
-            cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // The parent may have died before prctl took effect.
-                if libc::getppid() as u32 != parent {
-                    return Err(io::Error::other("quorumlock exited before the command started"));
-                }
-                Ok(())
-            });
-        }
-    }
-    cmd.spawn()
-}
-
-/// Waits for the command, forwarding signals and terminating it when the
-/// lock is lost or about to be. Returns its status and, if it was
-/// terminated, why.
-async fn supervise(
-    child: &mut Child,
-    guard: &Guard,
-    signals: &mut Signals,
-    grace: Duration,
-) -> (io::Result<ExitStatus>, Option<String>) {
-    let group = child.id().expect("a child that was not waited for has a pid");
-    let mut termination: Option<String> = None;
-    let mut kill_at: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let stop_at = guard.valid_until().checked_sub(grace).unwrap_or(now);
-        tokio::select! {
-            biased;
-            status = child.wait() => {
-                if termination.is_some() {
-                    // Members of the group that outlived its leader.
-                    signal_group(group, libc::SIGKILL);
-                }
-                return (status, termination);
-            }
-            signo = signals.next() => signal_group(group, signo),
-            () = guard.lost(), if termination.is_none() => {
-                termination = Some("was lost".to_owned());
-                kill_at = Some(terminate(group, grace));
-            }
-            () = sleep_until(stop_at), if termination.is_none() => {
-                // Renewal may have moved the validity meanwhile.
-                if guard.valid_until().checked_sub(grace).is_none_or(|at| at <= Instant::now()) {
-                    termination = Some(format!(
-                        "was not confirmed by a majority of nodes and had {} of validity left",
-                        show(grace)
-                    ));
-                    kill_at = Some(terminate(group, grace));
-                }
-            }
-            () = sleep_until(kill_at.unwrap_or(now)), if kill_at.is_some() => {
-                signal_group(group, libc::SIGKILL);
-                kill_at = None;
-            }
-        }
-    }
-}
-
-/// Sends SIGTERM to the group and returns when SIGKILL is due.
-fn terminate(group: u32, grace: Duration) -> Instant {
-    signal_group(group, libc::SIGTERM);
-    Instant::now() + grace
-}
-
-/// Sends `signo` to every process of the group led by the command. Errors
-/// (the group is gone) are ignored: there is nothing left to signal.
-fn signal_group(group: u32, signo: i32) {
-    let Ok(pgid) = libc::pid_t::try_from(group) else {
-        return;
-    };
-    // SAFETY: kill(2) with a negative pid signals a process group; it has no
-    // memory-safety preconditions. The group id is the pid of our own child,
-    // which is not reaped (and so not reused) while we may signal it.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(-pgid, signo);
-    }
-}
-
 /// The exit status to pass on: the command's code, or 128 + the signal that
 /// killed it (as shells report it).
 fn code_of(status: ExitStatus) -> u8 {
@@ -313,39 +325,6 @@ fn code_of(status: ExitStatus) -> u8 {
         (Some(code), _) => u8::try_from(code).unwrap_or(exit::INTERNAL),
         (None, Some(signo)) => u8::try_from(128 + signo).unwrap_or(exit::INTERNAL),
         (None, None) => exit::INTERNAL,
-    }
-}
-
-/// The signals quorumlock forwards to the command.
-struct Signals {
-    streams: Vec<(i32, Signal)>,
-}
-
-impl Signals {
-    fn new() -> io::Result<Self> {
-        let kinds = [
-            (libc::SIGINT, SignalKind::interrupt()),
-            (libc::SIGTERM, SignalKind::terminate()),
-            (libc::SIGHUP, SignalKind::hangup()),
-            (libc::SIGQUIT, SignalKind::quit()),
-        ];
-        let streams = kinds
-            .into_iter()
-            .map(|(signo, kind)| Ok((signo, signal(kind)?)))
-            .collect::<io::Result<_>>()?;
-        Ok(Signals { streams })
-    }
-
-    /// The next signal received (cancel safe).
-    async fn next(&mut self) -> i32 {
-        let waits = self.streams.iter_mut().map(|(signo, stream)| {
-            let signo = *signo;
-            Box::pin(async move {
-                stream.recv().await;
-                signo
-            })
-        });
-        futures::future::select_all(waits).await.0
     }
 }
 
