@@ -42,7 +42,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
-use quorumlock::{DEFAULT_TTL, Error, Guard, LockOptions, Redlock};
+use quorumlock::{DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Error, Guard, LockOptions, Redlock};
 use tokio::time::{Instant, sleep_until};
 
 use crate::duration::{self, show};
@@ -152,10 +152,14 @@ pub(crate) async fn run(args: Args) -> ExitCode {
 }
 
 /// The one way out of `run` once the client exists, so that nothing the
-/// client still does in the background is lost at exit.
-#[expect(unused_variables, reason = "the client's shutdown is called here")]
+/// client still does in the background is lost at exit: the undo of a
+/// refused or interrupted attempt, the waiter's queue entries, a release
+/// still on its way.
 async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
-    // merge: redlock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await, report unfinished work on stderr
+    let report = redlock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
+    if !report.is_complete() {
+        eprintln!("quorumlock: warning: at exit, {report}; those keys expire with their ttl");
+    }
     code
 }
 
