@@ -1,5 +1,6 @@
 //! `Redlock::builder()`: nodes, timing settings and their defaults.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,13 +93,26 @@ pub(crate) struct Config {
 }
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
-#[derive(Debug)]
 // Built once per node at configuration time; with `tls` a client is large,
 // which costs nothing here.
 #[allow(clippy::large_enum_variant)]
 enum NodeSpec {
     Url(String),
     Client(redis::Client),
+}
+
+/// Never shows a password: a URL redacted, a client by its address.
+impl fmt::Debug for NodeSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeSpec::Url(url) => f.debug_tuple("Url").field(&redact_url(url)).finish(),
+            NodeSpec::Client(client) => {
+                let info = client.get_connection_info();
+                let name = format!("{}/{}", info.addr(), info.redis_settings().db());
+                f.debug_tuple("Client").field(&name).finish()
+            }
+        }
+    }
 }
 
 /// Builds a [`Redlock`] client. Created by [`Redlock::builder`].
@@ -306,11 +320,11 @@ impl RedlockBuilder {
                     NodeSpec::Url(url) if url.starts_with("rediss://") && !cfg!(feature = "tls") => {
                         return Err(Error::Config(format!(
                             "node {}: rediss:// needs the `tls` feature of quorumlock",
-                            redact(&url)
+                            redact_url(&url)
                         )));
                     }
                     NodeSpec::Url(url) => redis::Client::open(url.as_str())
-                        .map_err(|e| Error::Config(format!("bad node URL {}: {e}", redact(&url))))?,
+                        .map_err(|e| Error::Config(format!("bad node URL {}: {e}", redact_url(&url))))?,
                 };
                 if !client.get_connection_info().addr().is_supported() {
                     return Err(Error::Config(format!(
@@ -344,28 +358,60 @@ impl RedlockBuilder {
     }
 }
 
-/// A URL with any password replaced by `***`, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
+/// A node URL fit to print: any password replaced by `***`
+/// (`redis://user:***@host:6379/0`). Use it wherever a node URL is shown
+/// (logs, errors, status output); quorumlock's own messages and `Debug`
+/// output never contain a password.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(quorumlock::redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://app:***@10.0.0.1:6379/2");
+/// assert_eq!(quorumlock::redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
+/// ```
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme) = url.find("://") else {
+        return url.to_owned();
+    };
+    let authority_end = url[scheme + 3..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| scheme + 3 + i);
+    let Some(at) = url[..authority_end].rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &url[scheme + 3..at];
+    match userinfo.find(':') {
+        Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
+        // `redis://secret@host`: redis-rs reads a lone user part as the
+        // user name, but people write passwords there too.
+        None if !userinfo.is_empty() => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        None => url.to_owned(),
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::*;
 
     #[test]
     fn redact_hides_only_the_password() {
-        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact("redis://:secret@h"), "redis://:***@h");
-        assert_eq!(redact("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact_url("rediss://u:p@ss:w@rd@h:1"), "rediss://u:***@h:1");
+        assert_eq!(redact_url("redis://secret@h"), "redis://***@h");
+        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
+        assert_eq!(redact_url("redis://h:6379/0?x=a@b"), "redis://h:6379/0?x=a@b");
+        assert_eq!(redact_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
+    }
+
+    #[test]
+    fn the_builder_never_prints_a_password() {
+        let builder = RedlockBuilder::default()
+            .node("redis://app:s3cret@127.0.0.1:6379")
+            .client(redis::Client::open("redis://:s3cret@127.0.0.1:6380").unwrap());
+        let shown = format!("{builder:?}");
+        let shown = format!("{shown} {:?}", builder.build().unwrap());
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("127.0.0.1:6379"), "{shown}");
     }
 }

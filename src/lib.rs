@@ -24,7 +24,7 @@ mod watchdog;
 
 pub use builder::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, RedlockBuilder,
+    DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, RedlockBuilder, redact_url,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
 pub use fence::{FENCE_ROUNDS, Fenced, FencedWrite};

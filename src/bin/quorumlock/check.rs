@@ -158,7 +158,7 @@ fn label(level: Level) -> &'static str {
 /// Connects to one node and fills a report; never fails, problems go into it.
 async fn probe(url: &str, args: &Args, drift: Duration) -> Report {
     let mut report = Report {
-        name: redact(url),
+        name: quorumlock::redact_url(url),
         ..Report::default()
     };
     let client = match redis::Client::open(url) {
@@ -430,12 +430,4 @@ fn table(reports: &[Report]) -> String {
 
 fn dash(s: &str) -> String {
     if s.is_empty() { "-".into() } else { s.to_owned() }
-}
-
-/// A URL with anything between `://` and `@` (credentials) hidden.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-        _ => url.to_owned(),
-    }
 }
