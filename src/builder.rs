@@ -20,6 +20,15 @@ use crate::watchdog::Watchdog;
 /// enough that a crashed holder blocks others for half a minute at most.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 
+/// Longest ttl a lock may have, and longest node, connect or drift time.
+///
+/// A lease that outlives a crashed holder by more than a year is not a
+/// lease; hold longer with renewal. The bound keeps every deadline the
+/// library computes (start + ttl on the monotonic clock, now + ttl in
+/// milliseconds on the nodes) far from overflow, so that an absurd setting
+/// is an [`Error::Config`], never a panic.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
 /// Default time each node has to answer one request.
 ///
 /// Small next to the ttl (0.3 % of [`DEFAULT_TTL`]) so that a dead or paused
@@ -294,11 +303,21 @@ impl RedlockBuilder {
         if self.nodes.is_empty() {
             return Err(Error::Config("no nodes given".into()));
         }
-        if self.node_timeout.is_zero() {
-            return Err(Error::Config("node timeout must be greater than zero".into()));
+        for (what, value) in [
+            ("node timeout", self.node_timeout),
+            ("connect timeout", self.connect_timeout),
+        ] {
+            if value.is_zero() || value > MAX_TTL {
+                return Err(Error::Config(format!(
+                    "{what} must be greater than zero and at most {MAX_TTL:?}, got {value:?}"
+                )));
+            }
         }
-        if self.connect_timeout.is_zero() {
-            return Err(Error::Config("connect timeout must be greater than zero".into()));
+        if self.drift_fixed > MAX_TTL {
+            return Err(Error::Config(format!(
+                "fixed drift must be at most {MAX_TTL:?}, got {:?}",
+                self.drift_fixed
+            )));
         }
         if !(0.0..1.0).contains(&self.drift_factor) {
             return Err(Error::Config(format!(

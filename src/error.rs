@@ -21,14 +21,23 @@ use std::time::Duration;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// Another owner holds the resource on so many nodes that a majority
-    /// cannot be reached.
-    #[error("resource is held by another owner ({refused} of {nodes} nodes refused)")]
+    /// Another owner holds the resource: enough nodes refused that, with the
+    /// nodes that failed, no majority could be reached, while the failed
+    /// nodes alone would not have ruled one out. Busy, not an outage: with
+    /// one of three nodes down for maintenance, a held lock is still just
+    /// held. The failed nodes are listed all the same, for monitoring.
+    #[error(
+        "resource is held by another owner ({refused} of {nodes} nodes refused{}{})",
+        if errors.is_empty() { "" } else { "; failed" },
+        NodeErrors(errors)
+    )]
     Held {
         /// Nodes that answered "held by someone else".
         refused: usize,
         /// Nodes configured.
         nodes: usize,
+        /// The nodes that failed or timed out meanwhile, with their errors.
+        errors: Vec<NodeError>,
     },
     /// Too many nodes failed or timed out to confirm a majority.
     #[error(

@@ -28,6 +28,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use redis::ToRedisArgs;
 use redis::aio::ConnectionLike;
@@ -35,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::builder::Config;
 use crate::error::{Error, NodeError, NodeErrorKind, Result};
+use crate::keys;
 use crate::quorum::{self, Until};
 
 /// Proposal rounds of a fenced acquisition before it gives up.
@@ -46,10 +48,19 @@ use crate::quorum::{self, Until};
 /// trips when something is badly wrong.
 pub const FENCE_ROUNDS: u32 = 4;
 
-/// The key holding `resource`'s fence on each lock node.
-pub(crate) fn fence_key(resource: &str) -> String {
-    format!("{resource}:fence")
-}
+/// How long a lock node keeps a resource's fence after the last token it
+/// accepted (the fence key's expiry, set again with every token).
+///
+/// A fence key forever would leave one key per fenced resource ever locked,
+/// and a node under `noeviction` runs out of memory. Forgetting it is safe
+/// for the same reason a restart without persistence is (the module docs):
+/// a node that lost the fence offers its clock, `TIME` in µs, instead, and a
+/// day after the last token that clock is a day of µs above it. Tokens only
+/// run ahead of the clocks by the number of tokens issued faster than one
+/// per µs, so the new value is larger as long as the nodes' clocks neither
+/// differ nor step back by anything near a day. The argument in full is in
+/// docs/design.md.
+pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Phase 2: agrees on a token above `floor` for `resources` on a majority,
 /// each round bounded by the per-node timeout and by `valid_until`.
@@ -59,7 +70,7 @@ pub(crate) async fn propose(
     floor: u64,
     valid_until: Instant,
 ) -> Result<u64> {
-    let fence_keys: Arc<[String]> = resources.iter().map(|r| fence_key(r)).collect();
+    let fence_keys: Arc<[String]> = resources.iter().map(|r| keys::fence(r)).collect();
     let mut proposal = floor + 1;
     let mut rounds = 1;
     loop {
@@ -121,7 +132,7 @@ pub enum Fenced {
 /// at least the highest seen for the resource, atomically, without a lock.
 ///
 /// The "highest token seen" lives next to the data, in key
-/// `<resource>:fence-seen` on the connection you pass (the data store, which
+/// `quorumlock:fence-seen:{<resource>}` on the connection you pass (the data store, which
 /// need not be a lock node). A holder writes with its token; once a newer
 /// holder has written, every write of an older token is refused with
 /// [`Fenced::Stale`]. The same pattern in SQL:
@@ -163,7 +174,7 @@ impl FencedWrite {
     /// Writes for `resource` (the lock's resource name) with `token`.
     pub fn new(resource: &str, token: u64) -> Self {
         FencedWrite {
-            seen_key: format!("{resource}:fence-seen"),
+            seen_key: keys::fence_seen(resource),
             token,
         }
     }

@@ -246,17 +246,7 @@ impl Guard {
             return Err(Error::Closed);
         }
         let deadline = Instant::now() + config.node_timeout;
-        let held = &self.held;
-        let tally = release_all(
-            config,
-            &held.resources,
-            &held.token,
-            held.ttl(),
-            deadline,
-            Until::Answered,
-            &[],
-        )
-        .await;
+        let tally = release_held(config, &self.held, deadline, Until::Answered).await;
         self.released = true;
         self.redlock.config.holders.remove(self.holder);
         tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
@@ -311,16 +301,7 @@ impl Drop for Guard {
         let (task_config, held) = (Arc::clone(config), Arc::clone(&self.held));
         config.tasks.spawn_if_running(Work::Release, async move {
             let deadline = Instant::now() + task_config.node_timeout;
-            release_all(
-                &task_config,
-                &held.resources,
-                &held.token,
-                held.ttl(),
-                deadline,
-                Until::All,
-                &[],
-            )
-            .await;
+            release_held(&task_config, &held, deadline, Until::All).await;
         });
     }
 }
@@ -358,6 +339,27 @@ impl Holders {
     pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
         self.map().locks.drain().map(|(_, held)| held).collect()
     }
+}
+
+/// Releases the held lock `held` on every node (see [`release_all`]), once
+/// no renewal of it can follow the release on any node (see
+/// [`Held::renewals_handed_over`]).
+pub(crate) async fn release_held(config: &Config, held: &Held, deadline: Instant, until: Until) -> Tally {
+    // A round awaits its replies for at most the node timeout; twice that
+    // covers a busy scheduler. A round that never ends was on a runtime
+    // that shut down: its task is gone, and no renewal can follow anyway.
+    let limit = config.node_timeout.saturating_mul(2);
+    let _ = tokio::time::timeout(limit, held.renewals_handed_over()).await;
+    release_all(
+        config,
+        &held.resources,
+        &held.token,
+        held.ttl(),
+        deadline,
+        until,
+        &[],
+    )
+    .await
 }
 
 /// Owner-checked delete of `resources` on every node, waiting for answers

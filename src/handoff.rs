@@ -35,6 +35,7 @@ use futures::StreamExt;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
+use crate::keys;
 use crate::node::Node;
 use crate::quorum;
 use crate::scripts;
@@ -81,11 +82,6 @@ fn channel(id: &str) -> String {
 
 /// The prefix of every client's channel.
 const WAKE_PREFIX: &str = "quorumlock:wake:";
-
-/// The queue of waiters for `resource` (a sorted set on each node).
-pub(crate) fn queue(resource: &str) -> String {
-    format!("quorumlock:waiters:{resource}")
-}
 
 /// A waiter's queue entry as an attempt sends it (see [`Subscription::entry`]).
 #[derive(Clone, Debug)]
@@ -402,7 +398,7 @@ impl Handoff {
         let member: Arc<str> =
             format!("{deadline_ms}:{}:{:016x}", self.shared.id, rand::random::<u64>()).into();
         let mine = Arc::new(Notify::new());
-        let queues: Arc<[String]> = resources.iter().map(|r| queue(r)).collect();
+        let queues: Arc<[String]> = resources.iter().map(|r| keys::queue(r)).collect();
         let mut confirmations = Vec::new();
         {
             let mut waiters = self.shared.waiters();

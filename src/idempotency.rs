@@ -88,9 +88,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::builder::MAX_TTL;
 use crate::error::{Error, Result};
+use crate::keys;
 use crate::lock::Redlock;
 use crate::quorum::{self, Tally, Until};
+use crate::random;
 use crate::scripts;
 
 /// Default time a stored result (or cached failure) is kept: 24 hours.
@@ -364,10 +367,16 @@ impl Idempotency {
         if self.redlock.config.tasks.is_closed() {
             return Err(Error::Closed);
         }
-        if self.result_ttl < Duration::from_millis(1) {
+        if self.result_ttl < Duration::from_millis(1) || self.result_ttl > MAX_TTL {
             return Err(Error::Config(format!(
-                "result ttl must be at least 1 ms, got {:?}",
+                "result ttl must be at least 1 ms and at most {MAX_TTL:?}, got {:?}",
                 self.result_ttl
+            )));
+        }
+        if keys::is_reserved(key) {
+            return Err(Error::Config(format!(
+                "idempotency key {key:?} is in quorumlock's reserved namespace {:?}",
+                keys::RESERVED_PREFIX
             )));
         }
         self.redlock.check_ttl(ttl)
@@ -376,7 +385,7 @@ impl Idempotency {
     /// Claims the key, polling while another caller holds it, until the
     /// wait runs out.
     async fn claim_or_wait(&self, keys: &Arc<[String]>, ttl: Duration, drift: Duration) -> Result<Claim> {
-        let deadline = Instant::now() + self.wait;
+        let deadline = quorum::deadline_after(self.wait);
         let cap = self.redlock.options.retry_delay.max(Duration::from_millis(1));
         let mut delay = cap / 8;
         loop {
@@ -386,15 +395,13 @@ impl Idempotency {
                 ) => e,
                 other => return other,
             };
-            // Spread over [delay / 2, delay * 3 / 2) so that waiters do not
-            // poll in lock step.
-            let pause = delay / 2 + delay.mul_f64(rand::random::<f64>());
-            if Instant::now() + pause > deadline {
+            let pause = random::jitter(delay);
+            if quorum::deadline_after(pause) > deadline {
                 return Err(error);
             }
             tracing::debug!(key = keys[0], ?pause, %error, "idempotency key busy, polling");
             tokio::time::sleep(pause).await;
-            delay = (delay * 2).min(cap);
+            delay = delay.saturating_mul(2).min(cap);
         }
     }
 
@@ -402,7 +409,7 @@ impl Idempotency {
     async fn claim(&self, keys: &Arc<[String]>, ttl: Duration, drift: Duration) -> Result<Claim> {
         let config = &self.redlock.config;
         let nodes = &config.nodes;
-        let marker: Arc<str> = format!("pending:{:032x}", rand::random::<u128>()).into();
+        let marker: Arc<str> = format!("pending:{}", random::token()).into();
         let found: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::new(Mutex::new(vec![None; nodes.len()]));
         let start = Instant::now();
         let deadline = start + config.node_timeout;

@@ -8,13 +8,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::builder::{Config, RedlockBuilder};
+use crate::builder::{Config, MAX_TTL, RedlockBuilder};
 use crate::error::{Error, Result};
 use crate::fence;
 use crate::guard::{Guard, release_all};
 use crate::handoff::{self, QueueEntry, Subscription};
+use crate::keys;
 use crate::options::LockOptions;
 use crate::quorum::{self, Until};
+use crate::random;
 use crate::tasks::Work;
 use crate::watchdog::Held;
 
@@ -155,7 +157,7 @@ impl Redlock {
     /// As for [`Redlock::try_lock`].
     pub async fn lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Guard> {
         let resources = resources.into().validated()?;
-        let deadline = Instant::now() + self.options.wait;
+        let deadline = quorum::deadline_after(self.options.wait);
         let mut attempts = 0u32;
         let mut subscription: Option<Subscription> = None;
         // A waiter's attempt on one unfenced resource also queues it where
@@ -218,9 +220,9 @@ impl Redlock {
             // Polling underneath the notifications, for releases by other
             // libraries, expired keys, lost messages and a queue head that is
             // gone; a queued waiter's turn comes by message.
-            let delay = jitter(self.options.retry_delay);
+            let delay = random::jitter(self.options.retry_delay);
             tracing::debug!(attempts, ?delay, %error, "lock attempt failed, waiting");
-            let wake = (Instant::now() + delay).min(deadline);
+            let wake = quorum::deadline_after(delay).min(deadline);
             let closing = self.config.tasks.closing();
             // A shutdown ends the wait at once: the next attempt says so.
             named = match &subscription {
@@ -313,14 +315,14 @@ impl Redlock {
     /// drift allowance.
     pub(crate) fn check_ttl(&self, requested: Duration) -> Result<(Duration, Duration)> {
         let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
-        if ttl.is_zero() {
+        if ttl.is_zero() || ttl > MAX_TTL {
             return Err(Error::Config(format!(
-                "ttl must be at least 1 ms, got {requested:?}"
+                "ttl must be at least 1 ms and at most {MAX_TTL:?}, got {requested:?}"
             )));
         }
         let drift = self.drift(ttl);
         let (timeout, min) = (self.config.node_timeout, self.options.min_validity);
-        if drift + timeout >= ttl || min + drift >= ttl {
+        if drift.saturating_add(timeout) >= ttl || min.saturating_add(drift) >= ttl {
             return Err(Error::Config(format!(
                 "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout \
                  {timeout:?} and the minimum validity {min:?}"
@@ -346,7 +348,7 @@ impl Redlock {
         if self.config.tasks.is_closed() {
             return Err(Error::Closed);
         }
-        let token: Arc<str> = new_token().into();
+        let token: Arc<str> = random::token().into();
         let keys = resources.names();
         let nodes = &self.config.nodes;
         let tasks = &self.config.tasks;
@@ -439,13 +441,14 @@ impl Redlock {
                 (Err(e), _) => e,
                 (Ok(_), _) => Error::ValidityUsedUp { elapsed, ttl, min },
             }
-        } else if tally.refused_by_majority() {
+        } else if tally.failures_rule_out_majority() {
+            tally.unreachable()
+        } else {
             Error::Held {
                 refused: tally.refused,
                 nodes: tally.nodes,
+                errors: tally.errors,
             }
-        } else {
-            tally.unreachable()
         };
         tracing::debug!(resources = ?keys, elapsed = ?start.elapsed(), error = %failure, "lock attempt failed");
         // Every node gets the release: a node that has not answered yet
@@ -516,21 +519,46 @@ impl Resources {
         &self.0
     }
 
+    /// Checks the names: at least one and at most [`MAX_RESOURCES`], none
+    /// empty, none twice, none in the reserved namespace
+    /// ([`RESERVED_PREFIX`](crate::RESERVED_PREFIX)).
     fn validated(self) -> Result<Self> {
         if self.0.is_empty() {
             return Err(Error::Config("no resource given".into()));
         }
-        for (i, name) in self.0.iter().enumerate() {
+        if self.0.len() > MAX_RESOURCES {
+            return Err(Error::Config(format!(
+                "{} resources in one lock, at most {MAX_RESOURCES}",
+                self.0.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::with_capacity(self.0.len());
+        for name in self.0.iter() {
             if name.is_empty() {
                 return Err(Error::Config("empty resource name".into()));
             }
-            if self.0[..i].contains(name) {
+            if keys::is_reserved(name) {
+                return Err(Error::Config(format!(
+                    "resource {name:?} is in quorumlock's reserved namespace {:?}",
+                    keys::RESERVED_PREFIX
+                )));
+            }
+            if !seen.insert(name.as_str()) {
                 return Err(Error::Config(format!("resource {name:?} given twice")));
             }
         }
         Ok(self)
     }
 }
+
+/// Most resources one lock may take.
+///
+/// Each node takes all of a lock's keys in one script call, and Redis serves
+/// nobody else while a script runs: the bound keeps every such call (acquire,
+/// release, extend, a renewal's share, the hand-off queues) a short, constant
+/// amount of work. 64 covers an order with a line per item; more resources
+/// than that are better locked under one coarser name.
+pub const MAX_RESOURCES: usize = 64;
 
 impl From<&str> for Resources {
     fn from(name: &str) -> Self {
@@ -566,15 +594,4 @@ impl<S: AsRef<str>> From<Vec<S>> for Resources {
     fn from(names: Vec<S>) -> Self {
         Resources::from(&names[..])
     }
-}
-
-/// A delay uniformly spread over `[base / 2, base * 3 / 2)`, so that clients
-/// that collided do not collide again in lock step.
-fn jitter(base: Duration) -> Duration {
-    base / 2 + base.mul_f64(rand::random::<f64>())
-}
-
-/// A fresh lock token: 128 bits from the thread-local CSPRNG, as 32 hex digits.
-fn new_token() -> String {
-    format!("{:032x}", rand::random::<u128>())
 }

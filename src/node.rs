@@ -236,7 +236,7 @@ impl Node {
         queue: Option<&QueueEntry>,
     ) -> RedisResult<Acked<bool>> {
         let cmd = if fence.is_some() {
-            let fence_keys: Vec<String> = keys.iter().map(|k| crate::fence::fence_key(k)).collect();
+            let fence_keys: Vec<String> = keys.iter().map(|k| crate::keys::fence(k)).collect();
             let mut cmd = scripts::FENCED_ACQUIRE.call();
             cmd.arg(keys.len() * 2)
                 .arg(keys)
@@ -296,7 +296,7 @@ impl Node {
     /// Returns whether the node accepted it, and its highest fence.
     pub(crate) async fn propose_fence(&self, fence_keys: &[String], token: u64) -> RedisResult<(bool, u64)> {
         let mut cmd = scripts::PROPOSE.eval(fence_keys);
-        cmd.arg(token);
+        cmd.arg(token).arg(millis(crate::fence::FENCE_RETENTION));
         let [accepted, highest] = integers("the fence proposal script", self.send(cmd).await?)?[..] else {
             return Err(wrong_reply_count());
         };

@@ -10,6 +10,13 @@ use crate::error::{Error, Result};
 /// clients that collided do not collide again in lock step.
 pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
 
+/// Shortest retry delay accepted.
+///
+/// A waiter polls at this pace between wake-ups; at zero it would retry in
+/// a hot loop, sending every node a request per scheduler turn while the
+/// resource is held.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
+
 /// Default time [`crate::Redlock::lock`] keeps trying before it gives up.
 ///
 /// Enough to ride out a short critical section of another holder and a node
@@ -146,6 +153,12 @@ impl LockOptions {
     pub(crate) fn validate(&self) -> Result<()> {
         if self.max_attempts == Some(0) {
             return Err(Error::Config("max attempts must be at least 1".into()));
+        }
+        if self.retry_delay < MIN_RETRY_DELAY {
+            return Err(Error::Config(format!(
+                "retry delay must be at least {MIN_RETRY_DELAY:?}, got {:?}",
+                self.retry_delay
+            )));
         }
         Ok(())
     }

@@ -78,6 +78,13 @@ impl Tally {
         self.refused > self.nodes - self.quorum()
     }
 
+    /// Failures alone rule out a majority: an outage, whatever the other
+    /// nodes said. A failed acquisition that is not one is busy (see
+    /// [`Error::Held`]).
+    pub(crate) fn failures_rule_out_majority(&self) -> bool {
+        self.errors.len() > self.nodes - self.quorum()
+    }
+
     fn decided(&self) -> bool {
         self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
     }
@@ -310,13 +317,25 @@ where
     tally
 }
 
+/// The instant `after` from now, or one so far ahead that it never comes
+/// (for a wait or a timeout of `Duration::MAX`, "no limit"): an `Instant`
+/// cannot hold every `Duration`, and adding one that does not fit panics.
+pub(crate) fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after).unwrap_or(now + FAR_FUTURE)
+}
+
+/// What "never" is for [`deadline_after`]: a century, far beyond any
+/// process's life, and small enough for every clock's `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
 /// The clock drift allowance for a ttl: `ttl * factor + fixed`.
 ///
 /// Nodes expire keys by their own clocks, which may run faster than ours;
 /// the reference Redlock implementation allows 1 % of the ttl plus 2 ms for
 /// the granularity of Redis expiry. See [`crate::DEFAULT_DRIFT_FACTOR`].
 pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
-    ttl.mul_f64(factor) + fixed
+    ttl.mul_f64(factor).saturating_add(fixed)
 }
 
 /// `ttl - elapsed - drift`, or `None` when nothing is left.

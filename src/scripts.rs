@@ -411,7 +411,8 @@ script! {
     /// fence of the resources is below it, then raises them all to `T`.
     ///
     /// Atomic so that a node accepts each value at most once: two proposals of
-    /// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`.
+    /// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`,
+    /// the fence's retention in ms (see `crate::fence::FENCE_RETENTION`).
     /// Returns `{1, T}` when accepted, `{0, highest fence}` when not.
     PROPOSE = r"
 local proposed = tonumber(ARGV[1])
@@ -422,7 +423,7 @@ for _, key in ipairs(KEYS) do
 end
 if highest >= proposed then return {0, highest} end
 for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[1])
+  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
 end
 return {1, proposed}
 ";

@@ -4,9 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use futures::future::join_all;
-use tokio::time::Instant;
 
-use crate::guard::release_all;
+use crate::guard::release_held;
 use crate::lock::{Redlock, Resources};
 use crate::quorum::{self, Until};
 
@@ -111,7 +110,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
-        let deadline = Instant::now() + timeout;
+        let deadline = quorum::deadline_after(timeout);
         let config = &self.config;
         // First: from here on no attempt hands over a lock (see `attempt`).
         config.tasks.closing().cancel();
@@ -123,16 +122,7 @@ impl Redlock {
         let releases = held.into_iter().filter_map(|held| {
             held.mark_lost();
             held.claim_release().then_some(async move {
-                let tally = release_all(
-                    config,
-                    &held.resources,
-                    &held.token,
-                    held.ttl(),
-                    deadline,
-                    Until::All,
-                    &[],
-                )
-                .await;
+                let tally = release_held(config, &held, deadline, Until::All).await;
                 let confirmed = tally.ok + tally.refused >= quorum::quorum(tally.nodes);
                 (held.resources.clone(), confirmed)
             })

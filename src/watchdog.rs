@@ -26,7 +26,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::builder::Config;
-use crate::guard::release_all;
+use crate::guard::release_held;
 use crate::lock::Resources;
 use crate::node::RenewItem;
 use crate::options::LockOptions;
@@ -52,6 +52,9 @@ pub(crate) struct Held {
     /// The release of our keys was started (by the guard, its drop, a loss
     /// or a shutdown); the others need not send it again.
     releasing: AtomicBool,
+    /// A renewal round of this lock was handed to every node (see
+    /// [`Held::renewals_handed_over`]).
+    renewal_handed_over: Notify,
     state: Mutex<State>,
 }
 
@@ -70,6 +73,10 @@ struct State {
     confirmed: usize,
     max_hold: Option<Duration>,
     max_renewals: Option<u32>,
+    /// A renewal round of this lock is being handed to the nodes.
+    renewing: bool,
+    /// A release has begun: no renewal round may start any more.
+    released: bool,
 }
 
 impl Held {
@@ -90,6 +97,7 @@ impl Held {
             fence,
             lost: CancellationToken::new(),
             releasing: AtomicBool::new(false),
+            renewal_handed_over: Notify::new(),
             state: Mutex::new(State {
                 ttl,
                 valid_until,
@@ -100,6 +108,8 @@ impl Held {
                 confirmed,
                 max_hold: options.max_hold,
                 max_renewals: options.max_renewals,
+                renewing: false,
+                released: false,
             }),
         }
     }
@@ -154,6 +164,44 @@ impl Held {
         first
     }
 
+    /// Ends renewal for good and waits until no renewal round of this lock is
+    /// still being handed to the nodes; every release calls it first.
+    ///
+    /// A renewal heals (`SET NX` with our token) a node where our key is
+    /// missing. Were a round handed to a node after our release, it would
+    /// find the key just deleted and set it again: a key nobody owns, in the
+    /// way of every other owner for a ttl. After this returns, each node got
+    /// any renewal of this lock before the release that follows.
+    pub(crate) async fn renewals_handed_over(&self) {
+        loop {
+            let handed_over = self.renewal_handed_over.notified();
+            tokio::pin!(handed_over);
+            handed_over.as_mut().enable();
+            {
+                let mut state = self.state();
+                state.released = true;
+                if !state.renewing {
+                    return;
+                }
+            }
+            handed_over.await;
+        }
+    }
+
+    /// Takes this lock into a renewal round; `false` once a release has
+    /// begun (see [`Held::renewals_handed_over`]).
+    fn start_renewal(&self) -> bool {
+        let mut state = self.state();
+        state.renewing = !state.released;
+        state.renewing
+    }
+
+    /// The renewal round is handed to every node.
+    fn end_renewal(&self) {
+        self.state().renewing = false;
+        self.renewal_handed_over.notify_waiters();
+    }
+
     /// Claims the release of our keys; `true` only for the first caller.
     /// Independent of the loss signal: a lock whose loss the holder's local
     /// timer saw first must still be released by the watchdog.
@@ -193,7 +241,8 @@ impl Held {
         let state = self.state();
         let over_hold = state
             .max_hold
-            .is_some_and(|max| state.renew_at >= state.acquired_at + max);
+            .and_then(|max| state.acquired_at.checked_add(max))
+            .is_some_and(|limit| state.renew_at >= limit);
         let over_count = state.max_renewals.is_some_and(|max| state.renewals >= max);
         (!over_hold && !over_count).then_some((state.renew_at, state.retrying))
     }
@@ -279,6 +328,9 @@ async fn run(config: Arc<Config>) {
                 return;
             }
             registry.locks.retain(|_, held| {
+                if held.state().released {
+                    return false;
+                }
                 let valid_until = held.valid_until();
                 if held.is_lost() || valid_until <= now {
                     expired.push(Arc::clone(held));
@@ -327,7 +379,10 @@ async fn run(config: Arc<Config>) {
         }
         if !due.is_empty() {
             due.append(&mut early);
-            renew(&config, &due).await;
+            due.retain(|held| held.start_renewal());
+            if !due.is_empty() {
+                renew(&config, &due).await;
+            }
             continue;
         }
         if let Some(at) = next_wake {
@@ -386,6 +441,11 @@ async fn renew(config: &Arc<Config>, due: &[Arc<Held>]) {
         },
     )
     .await;
+    // Every node has been handed the round (the requests still pending run
+    // in the background): releases may go now.
+    for held in due {
+        held.end_renewal();
+    }
     let nodes = config.nodes.len();
     let quorum = quorum::quorum(nodes);
     for (j, held) in due.iter().enumerate() {
@@ -427,16 +487,7 @@ fn lose(config: &Arc<Config>, held: &Arc<Held>, reason: &'static str) {
     let (config, held) = (Arc::clone(config), Arc::clone(held));
     config.tasks.clone().spawn(Work::Release, async move {
         let deadline = Instant::now() + config.node_timeout;
-        release_all(
-            &config,
-            &held.resources,
-            &held.token,
-            held.ttl(),
-            deadline,
-            Until::All,
-            &[],
-        )
-        .await;
+        release_held(&config, &held, deadline, Until::All).await;
     });
 }
 

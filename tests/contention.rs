@@ -103,7 +103,9 @@ async fn lock_gives_up_with_held_when_the_wait_runs_out() {
         .unwrap();
     let started = Instant::now();
     match waiter.lock("busy", Duration::from_secs(10)).await {
-        Err(Error::Held { refused, nodes: 3 }) if refused >= 2 => {}
+        Err(Error::Held {
+            refused, nodes: 3, ..
+        }) if refused >= 2 => {}
         other => panic!("expected Held by a majority of 3 nodes, got {other:?}"),
     }
     assert!(started.elapsed() >= Duration::from_millis(200), "it did wait");

@@ -1,0 +1,103 @@
+//! The names of the keys the library keeps besides the lock keys.
+//!
+//! A lock key is the resource name as given (the wire format shared with
+//! other Redlock libraries). Everything else the library stores on a node
+//! (fences, hand-off queues) lives under [`RESERVED_PREFIX`], and resource
+//! names inside it are refused, so that no lock can overwrite or block one
+//! of these keys and none of them can collide with a lock.
+//!
+//! Each derived key carries the resource's hash slot: in a Redis Cluster a
+//! key's slot is the hash of its hash tag (the text between the first `{`
+//! and the next `}`, when not empty) or else of the whole key, and a script
+//! may only touch keys of one slot. So the derived key's tag is the
+//! resource's own tag, or the whole resource name.
+
+/// The prefix of every key and channel the library owns besides the lock
+/// keys. Resource names starting with it are refused (`Error::Config`).
+pub const RESERVED_PREFIX: &str = "quorumlock:";
+
+/// The key of `resource`'s fencing token on a lock node.
+pub(crate) fn fence(resource: &str) -> String {
+    derived("quorumlock:fence:", resource)
+}
+
+/// The key of the highest fencing token seen for `resource`, next to the
+/// data a [`FencedWrite`](crate::FencedWrite) protects.
+pub(crate) fn fence_seen(resource: &str) -> String {
+    derived("quorumlock:fence-seen:", resource)
+}
+
+/// The key of the queue of waiters for `resource` (a sorted set).
+pub(crate) fn queue(resource: &str) -> String {
+    derived("quorumlock:waiters:", resource)
+}
+
+/// Whether `resource` lies in the reserved namespace.
+pub(crate) fn is_reserved(resource: &str) -> bool {
+    resource.starts_with(RESERVED_PREFIX)
+}
+
+/// `prefix` and `resource`, in `resource`'s hash slot.
+///
+/// With a hash tag `{t}` in the resource, the tag is repeated first:
+/// `prefix{t}:resource`. Without one, the whole resource becomes the tag,
+/// `prefix{resource}`, which hashes like the resource itself as long as it
+/// has no `}`. A name with a `}` but no tag (`a}b`, `{}x`) hashes as a whole
+/// and no tag reproduces that: its derived keys are `prefix` + resource, in
+/// another slot, which only matters to Redis Cluster members.
+fn derived(prefix: &str, resource: &str) -> String {
+    match hash_tag(resource) {
+        Some(tag) => format!("{prefix}{{{tag}}}:{resource}"),
+        None if !resource.contains('}') => format!("{prefix}{{{resource}}}"),
+        None => format!("{prefix}{resource}"),
+    }
+}
+
+/// The hash tag of `key` as Redis Cluster reads it: the text between the
+/// first `{` and the first `}` after it, when not empty.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let close = key[open + 1..].find('}')?;
+    (close > 0).then(|| &key[open + 1..open + 1 + close])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The text Redis Cluster hashes for `key`.
+    fn hashed(key: &str) -> &str {
+        hash_tag(key).unwrap_or(key)
+    }
+
+    #[test]
+    fn derived_keys_hash_like_their_resource() {
+        for resource in ["stock:42", "a{user:1}b", "{x}", "a{b", "x{y}z{w}", "}{x}"] {
+            for key in [fence(resource), queue(resource), fence_seen(resource)] {
+                assert_eq!(hashed(&key), hashed(resource), "{resource} -> {key}");
+                assert!(is_reserved(&key), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_with_a_brace_and_no_tag_still_gets_a_reserved_key() {
+        for resource in ["a}b", "{}x"] {
+            assert_eq!(fence(resource), format!("quorumlock:fence:{resource}"));
+        }
+    }
+
+    #[test]
+    fn derived_keys_are_distinct_per_resource() {
+        let resources = ["a", "b", "a{b}", "{b}a", "a}b", "ab}"];
+        let keys: std::collections::HashSet<String> = resources.iter().map(|r| fence(r)).collect();
+        assert_eq!(keys.len(), resources.len());
+    }
+
+    #[test]
+    fn only_the_prefix_is_reserved() {
+        assert!(is_reserved("quorumlock:anything"));
+        assert!(!is_reserved("quorumlocks"));
+        assert!(!is_reserved("app:quorumlock:x"));
+    }
+}
