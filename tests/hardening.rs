@@ -150,32 +150,66 @@ async fn a_lock_takes_at_most_max_resources() {
     assert_eq!(dbsize(&nodes[0]), 0);
 }
 
-/// Renewal heals (re-sets our key where it is missing). Released exactly
-/// when their renewal is due, locks must not be healed after their release
-/// deleted them: that would leave keys nobody owns, for a whole ttl.
+/// Renewal heals (re-sets our key where it is missing). A release that
+/// comes while a renewal round of its lock is being handed to the nodes must
+/// not be followed by that round's heal: it would leave a key nobody owns,
+/// for a whole ttl. Many locks are released at random times while a few
+/// thousand others make each renewal round long, and each released key is
+/// checked a moment after its release.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn releases_at_renewal_time_leave_no_key() {
-    const LOCKS: usize = 300;
-    let nodes = start_nodes(3);
-    let redlock: Redlock = support::builder(&nodes).heal(true).build().expect("config");
-    let ttl = Duration::from_millis(1500);
-    let mut guards = Vec::with_capacity(LOCKS);
-    for i in 0..LOCKS {
-        guards.push(redlock.lock(format!("race:{i}"), ttl).await.expect("lock"));
-    }
-    // The first renewal is due a third of a ttl after each acquisition
-    // (they were taken over a few ms): release them all around then, each on
-    // its own task, so that releases and the renewal round interleave.
-    tokio::time::sleep(ttl / 3).await;
-    let releases: Vec<_> = guards
-        .into_iter()
-        .map(|guard| tokio::spawn(async move { guard.release().await }))
+async fn releases_racing_renewals_leave_no_key() {
+    const BACKGROUND: usize = 2000;
+    const TASKS: usize = 32;
+    let nodes = std::sync::Arc::new(start_nodes(3));
+    let redlock: Redlock = support::builder(&nodes)
+        .node_timeout(Duration::from_millis(150))
+        .heal(true)
+        .build()
+        .expect("config");
+    let ttl = Duration::from_millis(600);
+    let background =
+        futures::future::join_all((0..BACKGROUND).map(|i| redlock.lock(format!("background:{i}"), ttl)))
+            .await;
+    let run_until = tokio::time::Instant::now() + Duration::from_secs(2);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (redlock, nodes) = (redlock.clone(), std::sync::Arc::clone(&nodes));
+            tokio::spawn(async move {
+                let mut healed = Vec::new();
+                let mut round = 0;
+                while tokio::time::Instant::now() < run_until {
+                    round += 1;
+                    let key = format!("race:{task}:{round}");
+                    let guard = redlock.lock(key.as_str(), ttl).await.expect("lock");
+                    let hold = Duration::from_millis(rand::random_range(0..400));
+                    tokio::time::sleep(hold).await;
+                    let token = guard.token().to_owned();
+                    guard.release().await.expect("release");
+                    // Well past any request handed over before or with the release.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    for node in nodes.iter() {
+                        if get(node, &key).as_deref() == Some(token.as_str()) {
+                            healed.push(format!("{key} on port {}", node.port()));
+                        }
+                    }
+                }
+                (round, healed)
+            })
+        })
         .collect();
-    for release in releases {
-        release.await.expect("no panic").expect("released");
+    let mut releases = 0;
+    let mut healed = Vec::new();
+    for task in tasks {
+        let (rounds, found) = task.await.expect("no panic");
+        releases += rounds;
+        healed.extend(found);
     }
-    // Each release returned at a majority; the last node's deletes, and any
-    // renewal request still in flight, finish well within a second.
-    // A healed key would live a whole ttl (1.5 s) from its renewal.
-    support::all_empty(&nodes, Duration::from_secs(1)).await;
+    assert!(
+        healed.is_empty(),
+        "{} of {releases} released keys were set again: {healed:?}",
+        healed.len()
+    );
+    for guard in background {
+        guard.expect("lock").release().await.expect("release");
+    }
 }
