@@ -115,7 +115,7 @@ fn timing(args: &Args) -> Result<(Duration, Duration), String> {
     let Some(grace) = args.grace else {
         return Ok((ttl, DEFAULT_GRACE.min(ttl / 2)));
     };
-    if grace * 2 > ttl {
+    if grace.saturating_mul(2) > ttl {
         let ttl_given = match args.ttl {
             Some(_) => format!("--ttl {}", show(ttl)),
             None => format!("the ttl, {} (default)", show(ttl)),
