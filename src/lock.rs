@@ -110,14 +110,16 @@ impl Redlock {
     /// The lock is held for `ttl` minus the time the attempt took minus the
     /// clock drift allowance; see [`Guard::valid_until`].
     ///
-    /// Returns `Ok(None)` when another owner holds the resource on enough
-    /// nodes to rule out a majority. After any failed attempt the keys this
-    /// attempt may have set are deleted on every node (owner-checked).
+    /// Returns `Ok(None)` when the resource is busy: another owner's keys
+    /// (with any failed nodes) rule out a majority, while the failed nodes
+    /// alone would not have (one node of three down for maintenance does not
+    /// turn a held lock into an outage). After any failed attempt the keys
+    /// this attempt may have set are deleted on every node (owner-checked).
     ///
     /// # Errors
     ///
-    /// - [`Error::Unreachable`] when failing nodes (not contention) kept the
-    ///   attempt from a majority; it lists each node's error.
+    /// - [`Error::Unreachable`] when the failing nodes alone kept the attempt
+    ///   from a majority (an outage); it lists each node's error.
     /// - [`Error::ValidityUsedUp`] when a majority was reached too late.
     /// - [`Error::Config`] for a zero ttl, a ttl not larger than the per-node
     ///   timeout plus the drift allowance, or empty or duplicate resources.
