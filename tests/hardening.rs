@@ -213,3 +213,39 @@ async fn releases_racing_renewals_leave_no_key() {
         guard.expect("lock").release().await.expect("release");
     }
 }
+
+/// The same through the command line: a cron job that finds the lock held
+/// during a node's maintenance exits 75 (busy, try later), not 69 (nodes
+/// unreachable), and says which node failed.
+#[cfg(feature = "cli")]
+#[test]
+fn quorumlock_run_is_busy_not_unreachable_with_one_node_down() {
+    let mut nodes = start_nodes(3);
+    for node in &nodes {
+        set_foreign(node, "cron", "another-owner", 30_000);
+    }
+    let down = nodes[2].port();
+    nodes[2].kill();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        .args([
+            "run",
+            "--key",
+            "cron",
+            "--wait",
+            "0",
+            "--node-timeout",
+            "500ms",
+            "--",
+            "true",
+        ])
+        .env("QUORUMLOCK_NODES", support::urls(&nodes).join(","))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run quorumlock");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert!(
+        stderr.contains(&down.to_string()),
+        "names the failed node: {stderr}"
+    );
+}
