@@ -14,6 +14,7 @@ use redis::{AsyncConnectionConfig, FromRedisValue};
 use tokio::time::{Instant, timeout};
 
 use crate::duration::{self, show};
+use crate::nodes::Resolved;
 use crate::{Nodes, exit, fail};
 
 const CHECK_HELP: &str = "\
@@ -80,15 +81,16 @@ impl Report {
 }
 
 pub(crate) async fn run(args: Args) -> ExitCode {
-    let urls = args.nodes.urls();
-    if urls.is_empty() {
-        return fail(
-            exit::USAGE,
-            "no nodes: give --nodes URL,URL,... or set QUORUMLOCK_NODES",
-        );
-    }
+    let nodes = match args
+        .nodes
+        .resolve()
+        .and_then(|nodes| nodes.require_some().map(|()| nodes))
+    {
+        Ok(nodes) => nodes,
+        Err(message) => return fail(exit::USAGE, message),
+    };
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
-    let probes = urls.iter().map(|url| probe(url, &args, drift));
+    let probes = nodes.urls.iter().map(|url| probe(url, &nodes, &args, drift));
     let mut reports = futures::future::join_all(probes).await;
     for i in 0..reports.len() {
         let earlier =
@@ -156,15 +158,15 @@ fn label(level: Level) -> &'static str {
 }
 
 /// Connects to one node and fills a report; never fails, problems go into it.
-async fn probe(url: &str, args: &Args, drift: Duration) -> Report {
+async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Duration) -> Report {
     let mut report = Report {
         name: quorumlock::redact_url(url),
         ..Report::default()
     };
-    let client = match redis::Client::open(url) {
+    let client = match nodes.client(url) {
         Ok(client) => client,
         Err(e) => {
-            report.error(format!("bad URL: {e}"));
+            report.error(e);
             return report;
         }
     };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use quorumlock::{Error, Redlock};
+use quorumlock::Error;
 use tokio::time::Instant;
 
 use crate::{Nodes, exit, fail};
@@ -84,8 +84,12 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             "--local-nodes, --workers, --resources and --seconds must be at least 1",
         );
     }
+    let nodes = match args.nodes.resolve() {
+        Ok(nodes) => nodes,
+        Err(message) => return fail(exit::USAGE, message),
+    };
     let mut local = Vec::new();
-    let mut urls = args.nodes.urls();
+    let mut urls = nodes.urls.clone();
     if urls.is_empty() {
         println!(
             "starting {} local redis-server nodes (AOF, appendfsync always)...",
@@ -101,7 +105,8 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     } else {
         println!("using the given nodes; none is started, killed or restarted");
     }
-    println!("nodes: {}", urls.join(" "));
+    let shown: Vec<String> = urls.iter().map(|url| quorumlock::redact_url(url)).collect();
+    println!("nodes: {}", shown.join(" "));
     println!(
         "{} workers contend for {} resources for {} s; quorum {} of {}",
         args.workers,
@@ -117,15 +122,16 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     let mut counters = Vec::new();
     let mut tasks = Vec::new();
     for worker in 0..args.workers {
-        let built = Redlock::builder()
-            .nodes(urls.clone())
-            .node_timeout(args.nodes.node_timeout)
-            .retry_delay(Duration::from_millis(20))
-            .wait(Duration::from_secs(1))
-            .build();
+        let built = nodes.builder_over(&urls).map(|builder| {
+            builder
+                .retry_delay(Duration::from_millis(20))
+                .wait(Duration::from_secs(1))
+                .build()
+        });
         let redlock = match built {
-            Ok(r) => r,
-            Err(e) => return fail(exit::USAGE, e),
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return fail(exit::USAGE, e),
+            Err(message) => return fail(exit::USAGE, message),
         };
         let mine = Arc::new(Counters::default());
         counters.push(Arc::clone(&mine));

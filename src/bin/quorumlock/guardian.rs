@@ -34,6 +34,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use tokio::time::Instant;
 
+use crate::nodes;
+
 /// Bytes in one message: the kind, then the value.
 pub(crate) const MESSAGE_LEN: usize = 16;
 
@@ -219,6 +221,10 @@ fn guardian_command(program: std::path::PathBuf, stdin: io::PipeReader) -> Comma
         .stdin(stdin)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
+    // It needs no nodes, and lives as long as the command.
+    for name in nodes::SECRET_ENV {
+        cmd.env_remove(name);
+    }
     cmd
 }
 

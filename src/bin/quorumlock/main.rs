@@ -8,15 +8,17 @@ mod check;
 mod demo;
 mod duration;
 mod guardian;
+mod nodes;
 mod reap;
 mod run;
 mod supervise;
+mod tls;
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use quorumlock::{Redlock, RedlockBuilder};
+
+pub(crate) use nodes::Nodes;
 
 /// Exit statuses of the tool itself (`run` otherwise passes the command's through).
 pub(crate) mod exit {
@@ -42,7 +44,11 @@ pub(crate) mod exit {
 }
 
 const AFTER_HELP: &str = "\
-Nodes come from --nodes or QUORUMLOCK_NODES (comma separated redis:// URLs).
+Nodes come from --nodes, --nodes-file or QUORUMLOCK_NODES (comma separated
+redis:// or rediss:// URLs). `ps` shows --nodes to every user of the machine:
+give URLs with a password through QUORUMLOCK_NODES or --nodes-file (chmod 600).
+No URL quorumlock prints shows a password, and the command run by `run` does
+not inherit QUORUMLOCK_NODES.
 Durations: 30s, 500ms, 2m, 1h, 1m30s; a plain number is seconds.
 
 Examples:
@@ -78,42 +84,6 @@ enum Command {
     Guardian,
 }
 
-/// The nodes to use: `--nodes` or `QUORUMLOCK_NODES`.
-#[derive(clap::Args, Debug, Clone)]
-pub(crate) struct Nodes {
-    /// Redis nodes, comma separated: redis://[:password@]host:port[/db]
-    #[arg(
-        long = "nodes",
-        env = "QUORUMLOCK_NODES",
-        value_delimiter = ',',
-        value_name = "URL,..."
-    )]
-    urls: Vec<String>,
-    /// Time each node has to answer one request.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "100ms")]
-    node_timeout: Duration,
-}
-
-impl Nodes {
-    /// The URLs given, trimmed, empty entries dropped.
-    pub(crate) fn urls(&self) -> Vec<String> {
-        self.urls
-            .iter()
-            .map(|u| u.trim().to_owned())
-            .filter(|u| !u.is_empty())
-            .collect()
-    }
-
-    /// A builder over the nodes, or the usage error to print.
-    pub(crate) fn builder(&self) -> Result<RedlockBuilder, String> {
-        let urls = self.urls();
-        if urls.is_empty() {
-            return Err("no nodes: give --nodes URL,URL,... or set QUORUMLOCK_NODES".into());
-        }
-        Ok(Redlock::builder().nodes(urls).node_timeout(self.node_timeout))
-    }
-}
-
 /// Prints an error of the tool itself (not of the command) on stderr.
 pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
     eprintln!("quorumlock: {message}");
@@ -126,6 +96,7 @@ fn main() -> ExitCode {
         // A plain synchronous loop: no runtime, no threads.
         return guardian::main();
     }
+    tls::install_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return fail(exit::INTERNAL, format!("cannot start the runtime: {e}")),

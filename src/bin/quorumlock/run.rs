@@ -69,6 +69,9 @@ Examples:
   quorumlock run --key reindex --ttl 1m --wait 2m --nodes redis://a:6379,redis://b:6379,redis://c:6379 -- ./reindex.sh
 
 The command runs in its own process group and should not read from the terminal.
+It does not inherit QUORUMLOCK_NODES (nor any other variable of quorumlock's that
+may hold a password). It runs as your user, though, and can read what you can:
+a nodes file, quorumlock's own environment (/proc/PID/environ).
 No process of that group runs without the lock:
   - when the lock is lost, or less than --grace of validity is left unconfirmed,
     the group gets SIGTERM, then SIGKILL after --grace (exit 79);
@@ -142,7 +145,8 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     if args.wait.is_zero() {
         options = options.max_attempts(1);
     }
-    let redlock = match args.nodes.builder().map(|b| b.options(options).build()) {
+    let built = args.nodes.resolve().and_then(|nodes| nodes.builder());
+    let redlock = match built.map(|b| b.options(options).build()) {
         Ok(Ok(redlock)) => redlock,
         Ok(Err(e)) => return fail(exit::USAGE, e),
         Err(message) => return fail(exit::USAGE, message),

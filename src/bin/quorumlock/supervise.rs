@@ -16,6 +16,7 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::duration::show;
 use crate::exit;
 use crate::guardian::{self, Guardian, Kind};
+use crate::nodes;
 use crate::reap::{Reaper, group_alive, signal_group, stop_self};
 
 /// How often to look whether the command's group is empty once its leader
@@ -46,6 +47,9 @@ pub(crate) fn spawn(command: &[OsString], guardian: RawFd) -> io::Result<std::pr
     };
     let mut cmd = Command::new(program);
     cmd.args(args).process_group(0);
+    for name in nodes::SECRET_ENV {
+        cmd.env_remove(name);
+    }
     let parent = std::process::id();
     // SAFETY: everything in the closure is async-signal-safe: libc calls
     // (prctl, getppid, getpid, getpgrp, signal, write, close) on integers

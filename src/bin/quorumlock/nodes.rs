@@ -1,0 +1,226 @@
+//! Where the nodes come from (`--nodes`, `--nodes-file`, `QUORUMLOCK_NODES`)
+//! and how their URLs, which may hold passwords, are kept out of sight.
+//!
+//! A password in a node URL must never be shown: every URL printed goes
+//! through [`quorumlock::redact_url`], the command run by `quorumlock run`
+//! does not inherit the variables listed in [`SECRET_ENV`], and the two
+//! sources that `ps` does not show (the environment and a file) are offered
+//! next to `--nodes`, whose value every user of the machine can read in
+//! `ps` (`/proc/PID/cmdline`) for as long as quorumlock runs.
+
+use std::fmt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use quorumlock::{Redlock, RedlockBuilder, redact_url};
+
+use crate::duration;
+use crate::tls::{self, TlsCa};
+
+/// The variable holding the nodes when neither `--nodes` nor `--nodes-file`
+/// is given.
+pub(crate) const NODES_ENV: &str = "QUORUMLOCK_NODES";
+
+/// The variables of ours that may hold a password, removed from the
+/// environment of the command (and of the guardian): the command has no use
+/// for them, and whatever it runs could log, dump or pass them on.
+pub(crate) const SECRET_ENV: &[&str] = &[NODES_ENV];
+
+/// Permission bits that let a group or others read a file; a nodes file
+/// with a password and any of them is refused, as ssh refuses such a key.
+const SHARED_READ: u32 = 0o044;
+
+/// The nodes to use: `--nodes`, `--nodes-file` or `QUORUMLOCK_NODES`.
+#[derive(clap::Args, Clone)]
+pub(crate) struct Nodes {
+    /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS.
+    /// Every user of the machine sees this in `ps` while quorumlock runs: give URLs with a
+    /// password through QUORUMLOCK_NODES or --nodes-file instead
+    #[arg(
+        long = "nodes",
+        value_delimiter = ',',
+        value_name = "URL,...",
+        conflicts_with = "nodes_file"
+    )]
+    urls: Vec<String>,
+    /// Read the node URLs from this file: one per line or comma separated, `#` starts a comment
+    /// line. A file holding a password must not be readable by group or others (chmod 600)
+    #[arg(long, value_name = "PATH")]
+    nodes_file: Option<PathBuf>,
+    /// Trust this CA certificate (PEM) for rediss:// nodes, instead of the public roots
+    /// (needs a build with the `tls` feature)
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Time each node has to answer one request.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "100ms")]
+    pub(crate) node_timeout: Duration,
+}
+
+/// Never shows a password (clap's derive wants `Debug`).
+impl fmt::Debug for Nodes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Nodes")
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
+            .field("nodes_file", &self.nodes_file)
+            .field("tls_ca", &self.tls_ca)
+            .field("node_timeout", &self.node_timeout)
+            .finish()
+    }
+}
+
+/// The node URLs and how to connect to them, checked for use.
+pub(crate) struct Resolved {
+    pub(crate) urls: Vec<String>,
+    ca: Option<TlsCa>,
+    node_timeout: Duration,
+}
+
+impl Nodes {
+    /// The node URLs from the first source given (`--nodes`, then
+    /// `--nodes-file`, then `QUORUMLOCK_NODES`), or the usage error to print,
+    /// which never contains a password. An empty list is not an error here
+    /// (`demo` then starts its own nodes).
+    pub(crate) fn resolve(&self) -> Result<Resolved, String> {
+        let (urls, source) = if !self.urls.is_empty() {
+            (split(&self.urls.join(",")), "--nodes".to_owned())
+        } else if let Some(path) = &self.nodes_file {
+            (read_file(path)?, format!("--nodes-file {}", path.display()))
+        } else {
+            let value = std::env::var_os(NODES_ENV).unwrap_or_default();
+            let Some(value) = value.to_str() else {
+                return Err(format!("{NODES_ENV} is not valid UTF-8"));
+            };
+            (split(value), NODES_ENV.to_owned())
+        };
+        for (i, url) in urls.iter().enumerate() {
+            // The library redacts the URLs it names in errors, but only a
+            // URL with a scheme has a recognisable password part: a
+            // mistyped one is not shown at all.
+            if !url.contains("://") {
+                return Err(format!(
+                    "bad node URL: node {} of {} from {source} is not a URL like \
+                     redis://[user:password@]host:port[/db] (it is not shown: it may hold a password)",
+                    i + 1,
+                    urls.len()
+                ));
+            }
+        }
+        if source == "--nodes" && urls.iter().any(|u| has_password(u)) {
+            eprintln!(
+                "quorumlock: warning: --nodes holds a password, which every user of this machine can \
+                 read in ps while quorumlock runs; use {NODES_ENV} or --nodes-file instead"
+            );
+        }
+        let ca = self.tls_ca.as_deref().map(tls::read_ca).transpose()?;
+        Ok(Resolved {
+            urls,
+            ca,
+            node_timeout: self.node_timeout,
+        })
+    }
+}
+
+impl Resolved {
+    /// The usage error for no nodes at all.
+    pub(crate) fn require_some(&self) -> Result<(), String> {
+        if self.urls.is_empty() {
+            return Err(format!(
+                "no nodes: give --nodes URL,URL,..., --nodes-file PATH or set {NODES_ENV}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A builder over `urls` (the resolved ones, or the demo's own), each
+    /// rediss:// node trusting `--tls-ca` when given.
+    pub(crate) fn builder_over(&self, urls: &[String]) -> Result<RedlockBuilder, String> {
+        let mut builder = Redlock::builder().node_timeout(self.node_timeout);
+        for url in urls {
+            builder = match &self.ca {
+                Some(ca) if tls::is_tls(url) => builder.client(tls::client(url, ca)?),
+                _ => builder.node(url.as_str()),
+            };
+        }
+        Ok(builder)
+    }
+
+    /// A builder over the resolved nodes, or the usage error to print.
+    pub(crate) fn builder(&self) -> Result<RedlockBuilder, String> {
+        self.require_some()?;
+        self.builder_over(&self.urls)
+    }
+
+    /// A client for one node, for `check`'s own probes.
+    pub(crate) fn client(&self, url: &str) -> Result<redis::Client, String> {
+        match &self.ca {
+            Some(ca) if tls::is_tls(url) => tls::client(url, ca),
+            _ => redis::Client::open(url).map_err(|e| format!("bad URL: {e}")),
+        }
+    }
+}
+
+/// Whether `url` holds a password (or a lone user part, which people use
+/// for one): redaction changes it.
+fn has_password(url: &str) -> bool {
+    redact_url(url) != url
+}
+
+/// The URLs in `text`: comma or newline separated, trimmed; empty entries
+/// and lines starting with `#` dropped.
+fn split(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .flat_map(|line| line.split(','))
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The URLs of a nodes file, refused when it holds a password that a group
+/// or others may read. The mode is that of the file a symlink points to; a
+/// pipe (`--nodes-file <(vault read ...)`) is private to its user.
+fn read_file(path: &Path) -> Result<Vec<String>, String> {
+    let shown = path.display();
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("--nodes-file {shown}: cannot read it: {e}"))?;
+    let urls = split(&text);
+    if urls.is_empty() {
+        return Err(format!("--nodes-file {shown}: no node URL in it"));
+    }
+    let mode = std::fs::metadata(path)
+        .map_err(|e| format!("--nodes-file {shown}: {e}"))?
+        .permissions()
+        .mode();
+    if mode & SHARED_READ != 0 && urls.iter().any(|u| has_password(u)) {
+        return Err(format!(
+            "--nodes-file {shown} holds a password and is readable by group or others (mode {:04o}); \
+             make it private: chmod 600 {shown}",
+            mode & 0o7777
+        ));
+    }
+    Ok(urls)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_split_on_commas_and_lines_without_comments() {
+        let text = "# the fleet\nredis://a:1, redis://b:2\n\n  redis://c:3  \n  # redis://d:4\n";
+        assert_eq!(split(text), ["redis://a:1", "redis://b:2", "redis://c:3"]);
+    }
+
+    #[test]
+    fn a_password_or_a_lone_user_part_counts_as_a_secret() {
+        assert!(has_password("redis://:pw@h:1"));
+        assert!(has_password("redis://u:pw@h:1"));
+        assert!(has_password("redis://pw@h:1"));
+        assert!(!has_password("redis://h:1/0"));
+    }
+}
