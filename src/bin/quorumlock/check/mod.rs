@@ -1,0 +1,245 @@
+//! `quorumlock check`: is each node fit to take part in a Redlock quorum?
+//!
+//! Asks every node at once for its latency, version, role, persistence and
+//! clock ([`node`]), tries every command the library sends it, as the user
+//! of the node URL, on throwaway keys and a throwaway channel ([`access`]),
+//! and looks at the lock keys given with `--key` ([`keys`]). Prints one
+//! table row per node, then each warning or error with the reason it
+//! matters for the lock's safety, or all of it as one JSON object
+//! ([`output`]).
+
+mod access;
+mod keys;
+mod node;
+mod output;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use crate::duration;
+use crate::{Nodes, exit, fail};
+
+const CHECK_HELP: &str = "\
+Examples:
+  quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 quorumlock check --strict
+  quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json
+
+Permissions: every command the library sends is tried as the URL's user,
+on throwaway keys (quorumlock:check:{ID}, quorumlock:waiters:quorumlock:check:{ID},
+deleted again, and expiring by themselves within seconds) and a throwaway channel
+(quorumlock:wake:check-ID). A user needs the lock keys, quorumlock:* keys and
+the quorumlock:wake:* channels: ~yourkeys:* ~quorumlock:* &quorumlock:wake:*
+(Redis 7 gives a new ACL user no channels). Missing commands every lock needs
+(SCRIPT LOAD, EVALSHA, SET, GET, DEL, EXISTS, MGET, PEXPIRE, PTTL) are errors;
+missing hand-off commands (ZADD, ZREM, ZPOPMIN, PUBLISH, SUBSCRIBE, PING: waiters
+then poll), TIME (fenced locks), WAIT (replica acknowledgement), INFO and
+CONFIG GET (this check's own view) are warnings.
+
+--key K: for each node, whether K is absent, held with a ttl, held WITHOUT a
+ttl (an error: no lock on K can be taken there until someone deletes it), or
+holds another type than a string (an error: other data uses the name).
+
+--json prints one object instead of the table (usage errors stay on stderr):
+  status        \"ok\", \"warning\" or \"error\" (the worst finding)
+  exit_code     the exit status (0 or 1)
+  nodes_total, usable, majority
+  nodes         one object per node, in the order given:
+    index (from 1), node (host:port/db, never a password), status,
+    ping_ms, version, role, appendonly, appendfsync, clock_offset_ms,
+    clock_uncertainty_ms (null when unknown),
+    missing_permissions (command names, e.g. [\"PUBLISH\"]),
+    keys: [{key, state (\"absent\", \"held\", \"held_without_ttl\",
+      \"wrong_type\", \"unknown\"), type, ttl_ms}],
+    findings: [{level (\"warning\", \"error\"), code, message}]
+  findings      about the set of nodes: [{level, code, message}]
+Codes are stable identifiers (e.g. unreachable, auth_failed, missing_permission,
+key_without_ttl, no_persistence); messages are for people and may change.
+
+Exit status: 0 when every node is usable (warnings allowed unless --strict),
+1 when a node is unreachable, refuses a command every lock needs, is a replica
+that refuses writes, is listed twice, or holds a --key without a ttl;
+2 on bad usage.";
+
+/// Options of `quorumlock check`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = CHECK_HELP)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    nodes: Nodes,
+    /// Time each node has to connect and answer the check's commands.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "2s")]
+    timeout: Duration,
+    /// The lock ttl you use: clock offsets are compared with its drift allowance.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "30s")]
+    ttl: Duration,
+    /// Also report the state of these lock keys on each node (repeat, or comma separated).
+    #[arg(long = "key", value_name = "KEY", value_delimiter = ',')]
+    keys: Vec<String>,
+    /// Print one JSON object (fields in the help's JSON section) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Exit with status 1 on warnings too.
+    #[arg(long)]
+    strict: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Warning,
+    Error,
+}
+
+impl Level {
+    fn name(self) -> &'static str {
+        match self {
+            Level::Warning => "warning",
+            Level::Error => "error",
+        }
+    }
+}
+
+/// One warning or error, with a stable code for monitoring.
+#[derive(Debug)]
+struct Finding {
+    level: Level,
+    code: &'static str,
+    message: String,
+}
+
+/// What was learnt about one node.
+#[derive(Debug, Default)]
+struct Report {
+    name: String,
+    ping: Option<Duration>,
+    version: String,
+    role: String,
+    appendonly: String,
+    appendfsync: String,
+    /// Node clock minus ours, in milliseconds, and its uncertainty (half the round trip).
+    offset: Option<(f64, f64)>,
+    run_id: String,
+    /// Commands the node's user may not run, in the order found.
+    missing: Vec<&'static str>,
+    keys: Vec<keys::KeyState>,
+    findings: Vec<Finding>,
+}
+
+impl Report {
+    fn warn(&mut self, code: &'static str, text: impl Into<String>) {
+        self.add(Level::Warning, code, text);
+    }
+
+    fn error(&mut self, code: &'static str, text: impl Into<String>) {
+        self.add(Level::Error, code, text);
+    }
+
+    fn add(&mut self, level: Level, code: &'static str, text: impl Into<String>) {
+        self.findings.push(Finding {
+            level,
+            code,
+            message: text.into(),
+        });
+    }
+
+    fn level(&self) -> Option<Level> {
+        self.findings.iter().map(|f| f.level).max()
+    }
+}
+
+/// The verdict over all nodes.
+struct Summary {
+    nodes: usize,
+    usable: usize,
+    majority: usize,
+    /// Findings about the set of nodes rather than one of them.
+    findings: Vec<Finding>,
+    worst: Option<Level>,
+    code: u8,
+}
+
+pub(crate) async fn run(args: Args) -> ExitCode {
+    let resolved = args
+        .nodes
+        .resolve()
+        .and_then(|nodes| nodes.require_some().map(|()| nodes));
+    let nodes = match resolved {
+        Ok(nodes) => nodes,
+        Err(message) => return fail(exit::USAGE, message),
+    };
+    if args.keys.iter().any(String::is_empty) {
+        return fail(exit::USAGE, "--key must not be empty");
+    }
+    let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
+    let probes = nodes.urls.iter().map(|url| node::probe(url, &nodes, &args, drift));
+    let mut reports = futures::future::join_all(probes).await;
+    for i in 0..reports.len() {
+        let earlier =
+            (0..i).find(|&j| !reports[i].run_id.is_empty() && reports[j].run_id == reports[i].run_id);
+        if let Some(j) = earlier {
+            reports[i].error(
+                "duplicate",
+                format!(
+                    "same server as node {} (run_id): listed twice, it would count twice towards the majority",
+                    j + 1
+                ),
+            );
+        }
+    }
+    for report in &mut reports {
+        keys::fill_unknown(report, &args.keys);
+    }
+    let summary = summarize(&reports, args.strict);
+    if args.json {
+        println!("{}", output::json(&reports, &summary));
+    } else {
+        print!("{}", output::human(&reports, &summary, &args.keys));
+    }
+    ExitCode::from(summary.code)
+}
+
+fn summarize(reports: &[Report], strict: bool) -> Summary {
+    let n = reports.len();
+    let majority = n / 2 + 1;
+    let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
+    let mut findings = Vec::new();
+    if n % 2 == 0 {
+        findings.push(Finding {
+            level: Level::Warning,
+            code: "even_nodes",
+            message: format!(
+                "{n} nodes: an even number needs a majority of {majority}, as {} would, and tolerates no more \
+                 failures than {}; use an odd number",
+                n + 1,
+                n - 1
+            ),
+        });
+    }
+    if usable < majority {
+        findings.push(Finding {
+            level: Level::Error,
+            code: "no_majority",
+            message: format!(
+                "only {usable} of {n} nodes are usable and a majority needs {majority}: no lock can be taken"
+            ),
+        });
+    }
+    let worst = reports
+        .iter()
+        .filter_map(Report::level)
+        .chain(findings.iter().map(|f| f.level))
+        .max();
+    let code = match worst {
+        Some(Level::Error) => exit::CHECK_FAILED,
+        Some(Level::Warning) if strict => exit::CHECK_FAILED,
+        _ => 0,
+    };
+    Summary {
+        nodes: n,
+        usable,
+        majority,
+        findings,
+        worst,
+        code,
+    }
+}

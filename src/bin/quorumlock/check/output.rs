@@ -1,0 +1,181 @@
+//! The check's two outputs: the human table with its findings, and one JSON
+//! object for monitoring (field names documented in `check --help`).
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::keys::KeyState;
+use super::{Finding, Level, Report, Summary};
+
+/// The table, each key's state per node, every finding and the verdict.
+pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> String {
+    let mut out = table(reports);
+    for key in keys {
+        let states: Vec<String> = reports
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let state = key_state(r, key).map_or("unknown".into(), KeyState::describe);
+                format!("node {} {state}", i + 1)
+            })
+            .collect();
+        let _ = writeln!(out, "key {key:?}: {}", states.join(", "));
+    }
+    for (i, report) in reports.iter().enumerate() {
+        for finding in &report.findings {
+            let _ = writeln!(
+                out,
+                "node {} ({}): {}: {}",
+                i + 1,
+                report.name,
+                label(finding.level),
+                finding.message
+            );
+        }
+    }
+    for finding in &summary.findings {
+        let _ = writeln!(out, "{}: {}", label(finding.level), finding.message);
+    }
+    let counts = format!(
+        "{} of {} nodes usable, majority {}",
+        summary.usable, summary.nodes, summary.majority
+    );
+    let _ = match summary.worst {
+        None => writeln!(out, "all nodes fit for Redlock ({counts})"),
+        Some(Level::Warning) => writeln!(out, "usable with warnings ({counts})"),
+        Some(Level::Error) => writeln!(out, "not usable as configured ({counts})"),
+    };
+    out
+}
+
+/// Everything as one JSON object.
+pub(super) fn json(reports: &[Report], summary: &Summary) -> Value {
+    let nodes: Vec<Value> = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            json!({
+                "index": i + 1,
+                "node": r.name,
+                "status": status(r.level()),
+                "ping_ms": r.ping.map(|p| p.as_secs_f64() * 1000.0),
+                "version": text(&r.version),
+                "role": text(&r.role),
+                "appendonly": text(&r.appendonly),
+                "appendfsync": text(&r.appendfsync),
+                "clock_offset_ms": r.offset.map(|(ms, _)| ms),
+                "clock_uncertainty_ms": r.offset.map(|(_, err)| err),
+                "missing_permissions": r.missing,
+                "keys": r.keys.iter().map(|k| json!({
+                    "key": k.key,
+                    "state": k.state.name(),
+                    "type": k.kind,
+                    "ttl_ms": k.ttl_ms,
+                })).collect::<Vec<_>>(),
+                "findings": findings(&r.findings),
+            })
+        })
+        .collect();
+    json!({
+        "status": status(summary.worst),
+        "exit_code": summary.code,
+        "nodes_total": summary.nodes,
+        "usable": summary.usable,
+        "majority": summary.majority,
+        "nodes": nodes,
+        "findings": findings(&summary.findings),
+    })
+}
+
+fn findings(findings: &[Finding]) -> Vec<Value> {
+    findings
+        .iter()
+        .map(|f| json!({"level": f.level.name(), "code": f.code, "message": f.message}))
+        .collect()
+}
+
+fn status(level: Option<Level>) -> &'static str {
+    level.map_or("ok", Level::name)
+}
+
+fn text(s: &str) -> Option<&str> {
+    (!s.is_empty()).then_some(s)
+}
+
+fn key_state<'a>(report: &'a Report, key: &str) -> Option<&'a KeyState> {
+    report.keys.iter().find(|k| k.key == key)
+}
+
+fn label(level: Level) -> &'static str {
+    match level {
+        Level::Warning => "warning",
+        Level::Error => "ERROR",
+    }
+}
+
+/// The table of all nodes, one row each.
+fn table(reports: &[Report]) -> String {
+    let header = [
+        "#",
+        "node",
+        "ping",
+        "version",
+        "role",
+        "appendonly",
+        "appendfsync",
+        "clock offset",
+        "status",
+    ];
+    let rows: Vec<Vec<String>> = reports
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let status = match r.level() {
+                None => "ok".to_owned(),
+                Some(Level::Warning) => format!("{} warning(s)", r.findings.len()),
+                Some(Level::Error) => "ERROR".to_owned(),
+            };
+            vec![
+                (i + 1).to_string(),
+                r.name.clone(),
+                r.ping
+                    .map_or("-".into(), |p| format!("{:.2} ms", p.as_secs_f64() * 1000.0)),
+                dash(&r.version),
+                dash(&r.role),
+                dash(&r.appendonly),
+                dash(&r.appendfsync),
+                r.offset
+                    .map_or("-".into(), |(ms, err)| format!("{ms:+.1} ms ±{err:.1}")),
+                status,
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|c| {
+            rows.iter()
+                .map(|r| r[c].chars().count())
+                .chain([header[c].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |out: &mut String, cells: &[&str]| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        let _ = writeln!(out, "{}", padded.join("  ").trim_end());
+    };
+    line(&mut out, &header);
+    for row in &rows {
+        line(&mut out, &row.iter().map(String::as_str).collect::<Vec<_>>());
+    }
+    out
+}
+
+fn dash(s: &str) -> String {
+    if s.is_empty() { "-".into() } else { s.to_owned() }
+}
