@@ -171,7 +171,10 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         return fail(exit::USAGE, "--key must not be empty");
     }
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
-    let probes = nodes.urls.iter().map(|url| node::probe(url, &nodes, &args, drift));
+    let probes = nodes
+        .urls
+        .iter()
+        .map(|url| node::probe(url, &nodes, &args, drift));
     let mut reports = futures::future::join_all(probes).await;
     for i in 0..reports.len() {
         let earlier =

@@ -124,7 +124,11 @@ async fn inspect(
 }
 
 /// The fastest PING round trip, compared with the node timeout.
-async fn latency(conn: &mut MultiplexedConnection, report: &mut Report, args: &Args) -> redis::RedisResult<()> {
+async fn latency(
+    conn: &mut MultiplexedConnection,
+    report: &mut Report,
+    args: &Args,
+) -> redis::RedisResult<()> {
     let mut best = Duration::MAX;
     for _ in 0..SAMPLES {
         let start = Instant::now();
@@ -208,7 +212,11 @@ async fn clock(
 }
 
 /// Warnings and errors from the node's role and settings.
-fn judge(report: &mut Report, replication: &HashMap<String, String>, setting: &dyn Fn(&str) -> String) -> Writes {
+fn judge(
+    report: &mut Report,
+    replication: &HashMap<String, String>,
+    setting: &dyn Fn(&str) -> String,
+) -> Writes {
     let role = report.role.clone();
     let mut writes = Writes::Accepted;
     if role == "slave" || role == "replica" {
