@@ -21,6 +21,9 @@ cargo test
 # The optional features must keep compiling; the blocking client has its own tests.
 cargo check --features tls,blocking
 cargo test --features blocking --test blocking
+# rediss:// nodes: the library and the binary against a TLS redis-server, with a
+# private CA made by the test.
+cargo test --features tls --test tls
 # Examples in their short mode, against local nodes they start; each asserts its outcome.
 for example in cron_guard api_key_pool inventory document_worker; do
   cargo run --quiet --example "$example" -- --short

@@ -459,3 +459,24 @@ fn demo_on_given_nodes_starts_and_kills_nothing() {
         assert!(node.command(&["PING"]).unwrap().starts_with("+PONG"));
     }
 }
+
+#[cfg(not(feature = "tls"))]
+#[test]
+fn tls_options_without_the_tls_feature_are_a_usage_error() {
+    let out = output(quorumlock(
+        &[],
+        &[
+            "check",
+            "--tls-ca",
+            "/dev/null",
+            "--nodes",
+            "rediss://127.0.0.1:1",
+        ],
+    ));
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(
+        text(&out.stderr).contains("`tls` feature"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -41,25 +41,61 @@ enum Need {
 /// Every command checked: its name as Redis spells it, what it is needed
 /// for, and what uses it.
 const COMMANDS: &[(&str, Need, &str)] = &[
-    ("SCRIPT LOAD", Need::Lock, "every connection loads the lock scripts with it"),
-    ("EVALSHA", Need::Lock, "releases, renewals and multi-key acquires call scripts with it"),
+    (
+        "SCRIPT LOAD",
+        Need::Lock,
+        "every connection loads the lock scripts with it",
+    ),
+    (
+        "EVALSHA",
+        Need::Lock,
+        "releases, renewals and multi-key acquires call scripts with it",
+    ),
     ("SET", Need::Lock, "locks are taken with SET key token NX PX ttl"),
     ("GET", Need::Lock, "releases and renewals check the owner with it"),
     ("DEL", Need::Lock, "releases delete the key with it"),
-    ("EXISTS", Need::Lock, "multi-key acquires check their keys with it"),
+    (
+        "EXISTS",
+        Need::Lock,
+        "multi-key acquires check their keys with it",
+    ),
     ("MGET", Need::Lock, "batched releases read their keys with it"),
     ("PEXPIRE", Need::Lock, "renewals extend the key with it"),
-    ("PTTL", Need::Lock, "a waiting lock's attempts keep its queue alive with it"),
-    ("TIME", Need::Fencing, "fenced locks read the node's clock with it"),
+    (
+        "PTTL",
+        Need::Lock,
+        "a waiting lock's attempts keep its queue alive with it",
+    ),
+    (
+        "TIME",
+        Need::Fencing,
+        "fenced locks read the node's clock with it",
+    ),
     ("ZADD", Need::Handoff, "waiters queue with it"),
     ("ZREM", Need::Handoff, "waiters leave their queue with it"),
     ("ZPOPMIN", Need::Handoff, "releases pop the next waiter with it"),
     ("PUBLISH", Need::Handoff, "releases wake the next waiter with it"),
     ("SUBSCRIBE", Need::Handoff, "waiters listen for wake-ups with it"),
-    ("PING", Need::Handoff, "idle wake-up connections are checked with it"),
-    ("WAIT", Need::ReplicaAck, "replica-acknowledged locks wait for replicas with it"),
-    ("INFO", Need::Check, "this check reads version, role and persistence with it"),
-    ("CONFIG GET", Need::Check, "this check reads persistence and eviction settings with it"),
+    (
+        "PING",
+        Need::Handoff,
+        "idle wake-up connections are checked with it",
+    ),
+    (
+        "WAIT",
+        Need::ReplicaAck,
+        "replica-acknowledged locks wait for replicas with it",
+    ),
+    (
+        "INFO",
+        Need::Check,
+        "this check reads version, role and persistence with it",
+    ),
+    (
+        "CONFIG GET",
+        Need::Check,
+        "this check reads persistence and eviction settings with it",
+    ),
 ];
 
 /// The probe: each command the lock scripts run, on the lock key KEYS[1]
@@ -127,7 +163,10 @@ pub(super) fn deny(report: &mut Report, command: &'static str, detail: &str) {
             "waiters fall back to polling (a slower hand-off, more commands)",
         ),
         Need::Fencing => (Level::Warning, "fenced locks cannot be taken on this node"),
-        Need::ReplicaAck => (Level::Warning, "replica-acknowledged locks (ReplicaAck) cannot be used"),
+        Need::ReplicaAck => (
+            Level::Warning,
+            "replica-acknowledged locks (ReplicaAck) cannot be used",
+        ),
         Need::Check => (Level::Warning, "this check sees less; check the rest yourself"),
     };
     let grant = if detail.contains("channel") {

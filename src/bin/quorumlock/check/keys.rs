@@ -57,7 +57,10 @@ impl KeyState {
     pub(super) fn describe(&self) -> String {
         match (self.state, self.ttl_ms) {
             (State::Held, Some(ms)) => {
-                format!("held (ttl {})", show(Duration::from_millis(ms.max(0).unsigned_abs())))
+                format!(
+                    "held (ttl {})",
+                    show(Duration::from_millis(ms.max(0).unsigned_abs()))
+                )
             }
             (State::Held, None) => "held".into(),
             (State::HeldWithoutTtl, _) => "held WITHOUT a ttl".into(),
