@@ -206,7 +206,7 @@ fn summarize(reports: &[Report], strict: bool) -> Summary {
     let majority = n / 2 + 1;
     let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
     let mut findings = Vec::new();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         findings.push(Finding {
             level: Level::Warning,
             code: "even_nodes",
