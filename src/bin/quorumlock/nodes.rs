@@ -34,9 +34,9 @@ const SHARED_READ: u32 = 0o044;
 /// The nodes to use: `--nodes`, `--nodes-file` or `QUORUMLOCK_NODES`.
 #[derive(clap::Args, Clone)]
 pub(crate) struct Nodes {
-    /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS.
-    /// Every user of the machine sees this in `ps` while quorumlock runs: give URLs with a
-    /// password through QUORUMLOCK_NODES or --nodes-file instead
+    /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS
+    /// [default: $QUORUMLOCK_NODES]. Every user of the machine sees --nodes in `ps` while
+    /// quorumlock runs: give URLs with a password through QUORUMLOCK_NODES or --nodes-file instead
     #[arg(
         long = "nodes",
         value_delimiter = ',',
