@@ -390,22 +390,43 @@ impl RedlockBuilder {
 /// ```
 pub fn redact_url(url: &str) -> String {
     let Some(scheme) = url.find("://") else {
-        return url.to_owned();
+        // Not a URL: it cannot be told which part is secret.
+        return "***".to_owned();
     };
     let authority_end = url[scheme + 3..]
         .find(['/', '?', '#'])
         .map_or(url.len(), |i| scheme + 3 + i);
-    let Some(at) = url[..authority_end].rfind('@') else {
+    let shown = match url[..authority_end].rfind('@') {
+        None => url.to_owned(),
+        Some(at) => {
+            let userinfo = &url[scheme + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
+                // `redis://secret@host`: redis-rs reads a lone user part as
+                // the user name, but people write passwords there too.
+                None if !userinfo.is_empty() => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+    };
+    redact_query(&shown)
+}
+
+/// `unix:///run/redis.sock?db=1&pass=secret`: the password of a socket URL
+/// travels in the query.
+fn redact_query(url: &str) -> String {
+    let Some(start) = url.find('?') else {
         return url.to_owned();
     };
-    let userinfo = &url[scheme + 3..at];
-    match userinfo.find(':') {
-        Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
-        // `redis://secret@host`: redis-rs reads a lone user part as the
-        // user name, but people write passwords there too.
-        None if !userinfo.is_empty() => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-        None => url.to_owned(),
-    }
+    let (base, query) = url.split_at(start + 1);
+    let params: Vec<String> = query
+        .split('&')
+        .map(|param| match param.split_once('=') {
+            Some((name, _)) if matches!(name, "pass" | "password") => format!("{name}=***"),
+            _ => param.to_owned(),
+        })
+        .collect();
+    format!("{base}{}", params.join("&"))
 }
 
 #[cfg(test)]
@@ -421,6 +442,11 @@ mod tests {
         assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
         assert_eq!(redact_url("redis://h:6379/0?x=a@b"), "redis://h:6379/0?x=a@b");
         assert_eq!(redact_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
+        assert_eq!(
+            redact_url("unix:///run/redis.sock?db=1&pass=secret"),
+            "unix:///run/redis.sock?db=1&pass=***"
+        );
+        assert_eq!(redact_url("secret@host:6379"), "***");
     }
 
     #[test]
