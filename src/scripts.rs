@@ -26,7 +26,7 @@ use redis::Cmd;
 
 /// A lock script: its source and SHA1, by which it is called.
 pub(crate) struct Script {
-    source: &'static str,
+    pub(crate) source: &'static str,
     sha: LazyLock<String>,
 }
 
