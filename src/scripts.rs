@@ -19,10 +19,34 @@
 //!
 //! `EVALSHA` instead of `EVAL` saves the client sending, and the node
 //! receiving and hashing, the script text (up to 1.5 KB) on every call.
+//!
+//! # Bounded work
+//!
+//! Redis serves no one else while a script runs, so every call here does a
+//! bounded amount of work, whatever the data on the node: a script that
+//! loops over a caller-sized or node-sized collection would stall every
+//! client of the node for as long as it runs. Each script's docs name the
+//! bound it relies on:
+//! - per-lock scripts loop over one lock's keys: at most [`MAX_LOCK_KEYS`];
+//! - the batch scripts over at most [`BATCH_MAX`](crate::batch::BATCH_MAX)
+//!   requests of one key each;
+//! - renewal over at most [`RENEW_CHUNK_KEYS`](crate::node::RENEW_CHUNK_KEYS)
+//!   keys per call (the watchdog's locks are split across calls);
+//! - the hand-off queues, which anyone may fill, are read at most
+//!   [`ANNOUNCE_SCAN`] entries per release and [`ANNOUNCE_BUDGET`] per call.
 
 use std::sync::LazyLock;
 
 use redis::Cmd;
+
+/// The most resources (keys) one lock may have: bounds the work of every
+/// per-lock script ([`ACQUIRE`], [`RELEASE`], [`EXTEND`], [`FENCED_ACQUIRE`],
+/// [`PROPOSE`], [`REGISTER`], [`UNREGISTER`]), each of which touches every
+/// key of its lock a constant number of times, and keeps one lock within a
+/// renewal call ([`RENEW_CHUNK_KEYS`](crate::node::RENEW_CHUNK_KEYS)).
+/// Sixty-four keys keep each of them in the tens of microseconds. The
+/// client's per-lock resource limit must not exceed it.
+pub(crate) const MAX_LOCK_KEYS: usize = 64;
 
 /// A lock script: its source and SHA1, by which it is called.
 pub(crate) struct Script {
@@ -93,6 +117,38 @@ fn all() -> [&'static Script; 13] {
     ]
 }
 
+/// Queue entries one announcement examines at most: the popped head and,
+/// when that had expired, up to this many minus one behind it.
+///
+/// A release needs only the first live waiter, and one whose waiters keep
+/// leaving the queue in time finds it at the head. Expired entries pile up
+/// only when waiters die without leaving (or someone writes the queue key),
+/// and an unbounded skip would then make one release a script that blocks
+/// the node for as long as popping all of them takes (seconds for millions).
+/// Sixteen is a few microseconds of script time; the entries left over are
+/// popped by later releases, or vanish with the queue key's ttl.
+pub(crate) const ANNOUNCE_SCAN: usize = 16;
+
+/// Queue entries examined beyond each announcement's head, at most, per
+/// script call: a batch announces up to [`BATCH_MAX`](crate::batch::BATCH_MAX)
+/// releases and a multi-resource release up to [`MAX_LOCK_KEYS`], and
+/// [`ANNOUNCE_SCAN`] entries for each would let one call examine thousands.
+/// Past the budget each release still pops its head (so a live head is still
+/// named); only the skip past expired heads stops.
+pub(crate) const ANNOUNCE_BUDGET: usize = 256;
+
+// A scan must look past the head (else one expired head would stop every
+// hand-off behind it), and the budget must hold at least one full scan.
+const _: () = assert!(ANNOUNCE_SCAN >= 2 && ANNOUNCE_BUDGET >= ANNOUNCE_SCAN);
+
+/// [`ANNOUNCE_SCAN`] and [`ANNOUNCE_BUDGET`] as Lua literals (`concat!`
+/// takes no constants; a unit test keeps them equal).
+macro_rules! announce_limits {
+    () => {
+        "local announce_scan, announce_budget = 16, 256\n"
+    };
+}
+
 /// The Lua function `announce(key, token, now_ms)` that [`RELEASE`] and
 /// [`BATCH`] call after deleting a lock key: it wakes the next waiter (see
 /// `crate::handoff`).
@@ -117,25 +173,49 @@ fn all() -> [&'static Script; 13] {
 /// back to polling. An entry not of this form is dropped like an expired
 /// one.
 ///
+/// Bounded work: the usual live head costs one `ZPOPMIN`. An expired head
+/// costs one `ZRANGE` over at most [`ANNOUNCE_SCAN`] - 1 entries behind it
+/// (within the call's [`ANNOUNCE_BUDGET`]) and one `ZREMRANGEBYRANK` of the
+/// expired ones and the live waiter found among them. When all of them had
+/// expired, nobody is named: the live waiters behind them poll, and later
+/// releases keep clearing the way.
+///
 /// The queue key is not declared in `KEYS`: the nodes are independent
 /// masters, not Redis Cluster members (see `crate::batch`).
 macro_rules! announce_lua {
     () => {
-        r"
+        concat!(
+            announce_limits!(),
+            r"
+local function live(member, now_ms)
+  local deadline, client = string.match(member, '^(%d+):(%x+):')
+  if client and tonumber(deadline) >= now_ms then return client end
+end
 local function announce(key, token, now_ms)
   local queue = 'quorumlock:waiters:' .. key
   local head = redis.pcall('ZPOPMIN', queue)
-  if type(head) ~= 'table' then return end
-  while head[1] do
-    local deadline, client = string.match(head[1], '^(%d+):(%x+):')
-    if client and tonumber(deadline) >= now_ms then
-      redis.pcall('PUBLISH', 'quorumlock:wake:' .. client, token .. ' ' .. head[1])
+  if type(head) ~= 'table' or not head[1] then return end
+  local client = live(head[1], now_ms)
+  if client then
+    redis.pcall('PUBLISH', 'quorumlock:wake:' .. client, token .. ' ' .. head[1])
+    return
+  end
+  local n = math.min(announce_scan - 1, announce_budget)
+  if n < 1 then return end
+  local behind = redis.call('ZRANGE', queue, 0, n - 1)
+  announce_budget = announce_budget - #behind
+  for i, member in ipairs(behind) do
+    client = live(member, now_ms)
+    if client then
+      redis.call('ZREMRANGEBYRANK', queue, 0, i - 1)
+      redis.pcall('PUBLISH', 'quorumlock:wake:' .. client, token .. ' ' .. member)
       return
     end
-    head = redis.call('ZPOPMIN', queue)
   end
+  if #behind > 0 then redis.call('ZREMRANGEBYRANK', queue, 0, #behind - 1) end
 end
 "
+        )
     };
 }
 
@@ -185,6 +265,8 @@ script! {
     /// ttl in ms (the waiter's remaining wait plus a margin), so that an
     /// abandoned queue expires. `ZADD NX`: a waiter that re-registers after a
     /// lost race keeps its original place. Returns how many queues it joined.
+    /// Bounded: one `ZADD` (and at most two expiry calls) per queue key, at
+    /// most [`MAX_LOCK_KEYS`]; each `O(log n)` in the queue's length.
     REGISTER = concat!(
     stretch_lua!(),
     r"
@@ -212,6 +294,8 @@ script! {
     ///
     /// KEYS: the key, its queue key; ARGV: token, ttl in ms, the waiter's place,
     /// member and queue ttl in ms. Returns 1 when set, 0 when held (queued).
+    /// Bounded: two keys, at most four calls, each `O(log n)` in the queue's
+    /// length.
     ACQUIRE_OR_QUEUE = concat!(
     stretch_lua!(),
     r"
@@ -230,7 +314,8 @@ return 0
 script! {
     /// Takes a waiter out of the resources' queues (it got the lock, gave up or
     /// was cancelled). KEYS: queue keys; ARGV: the member. Returns how many
-    /// queues it left.
+    /// queues it left. Bounded: one `ZREM` per queue key, at most
+    /// [`MAX_LOCK_KEYS`].
     UNREGISTER = r"
 local n = 0
 for _, queue in ipairs(KEYS) do
@@ -248,6 +333,7 @@ script! {
     /// clients locking `[a, b]` and `[b, c]` can never each hold half. A
     /// single-resource lock uses a plain `SET NX PX` instead (same effect, cheaper).
     /// KEYS: resources; ARGV: token, ttl in ms. Returns 1 when set, 0 when held.
+    /// Bounded: two calls per key, at most [`MAX_LOCK_KEYS`] keys.
     ACQUIRE = r"
 for _, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then return 0 end
@@ -267,7 +353,9 @@ script! {
     /// else's lock. Each deletion is announced (see `announce_lua!`), so that
     /// the next waiter retries at once.
     /// KEYS: resources; ARGV: token, the client's clock in unix ms. Returns how
-    /// many keys it deleted.
+    /// many keys it deleted. Bounded: at most [`MAX_LOCK_KEYS`] keys, each a
+    /// `GET`, a `DEL` and one announcement (at most [`ANNOUNCE_SCAN`] queue
+    /// entries, [`ANNOUNCE_BUDGET`] for the whole call).
     RELEASE = concat!(
     announce_lua!(),
     r"
@@ -291,6 +379,7 @@ script! {
     /// another owner's lock. It never deletes: a failed extend leaves the lock to
     /// its remaining validity. KEYS: resources; ARGV: token, ttl in ms. Returns 1
     /// when extended, 0 when any key is missing or belongs to another owner.
+    /// Bounded: two calls per key, at most [`MAX_LOCK_KEYS`] keys.
     EXTEND = r"
 for _, key in ipairs(KEYS) do
   if redis.call('GET', key) ~= ARGV[1] then return 0 end
@@ -312,7 +401,9 @@ script! {
     /// Atomic per lock for the same reason as [`EXTEND`]; a key of the wrong
     /// type counts as another owner's and affects only its own lock.
     /// KEYS: every lock's keys in order; ARGV: heal flag (`1`/`0`), then per
-    /// lock its number of keys, token and ttl in ms.
+    /// lock its number of keys, token and ttl in ms. Bounded: at most three
+    /// calls per key, and the client sends at most
+    /// [`RENEW_CHUNK_KEYS`](crate::node::RENEW_CHUNK_KEYS) keys per call.
     RENEW = r"
 local heal = ARGV[1] == '1'
 local out = {}
@@ -352,7 +443,7 @@ script! {
     /// owner or what stands in its way (another marker, a stored result), and so
     /// that a result written between a `GET` and a `SET NX` cannot be missed.
     /// KEYS: the key; ARGV: marker, ttl in ms. Returns nil when it set the marker,
-    /// the current value otherwise.
+    /// the current value otherwise. Bounded: one key, two calls.
     CLAIM = r"
 local current = redis.call('GET', KEYS[1])
 if current then return current end
@@ -369,7 +460,8 @@ script! {
     /// whose marker expired (and whose key another caller may have claimed)
     /// never overwrites someone else's marker or result.
     /// KEYS: the key; ARGV: our marker, record, ttl in ms. Returns 1 when
-    /// written, 0 when the key no longer holds our marker.
+    /// written, 0 when the key no longer holds our marker. Bounded: one key,
+    /// two calls.
     STORE = r"
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
@@ -387,7 +479,8 @@ script! {
     ///
     /// Atomic so that the fence value read belongs to the same instant as the
     /// grant. KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
-    /// ms. Returns `{granted (1/0), fence}`.
+    /// ms. Returns `{granted (1/0), fence}`. Bounded: three calls per resource,
+    /// at most [`MAX_LOCK_KEYS`] resources.
     FENCED_ACQUIRE = r"
 local n = #KEYS / 2
 local now = redis.call('TIME')
@@ -413,7 +506,8 @@ script! {
     /// Atomic so that a node accepts each value at most once: two proposals of
     /// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`,
     /// the fence's retention in ms (see `crate::fence::FENCE_RETENTION`).
-    /// Returns `{1, T}` when accepted, `{0, highest fence}` when not.
+    /// Returns `{1, T}` when accepted, `{0, highest fence}` when not. Bounded:
+    /// two calls per fence key, at most [`MAX_LOCK_KEYS`].
     PROPOSE = r"
 local proposed = tonumber(ARGV[1])
 local highest = 0
@@ -439,7 +533,7 @@ return {1, proposed}
 /// value | `incrby` delta min). Returns `{1, value}` when applied, `{-1,
 /// seen}` when the token is stale, `{0, current}` when `incrby` would go
 /// below `min`. A data key of the wrong kind is an error reply with code
-/// `BADKEY`.
+/// `BADKEY`. Bounded: two keys, at most six calls.
 pub(crate) const FENCED_WRITE: &str = r"
 local kind = redis.call('TYPE', KEYS[2])['ok']
 if kind ~= 'none' and kind ~= 'string' then
@@ -490,7 +584,10 @@ script! {
     /// KEYS: the released keys, then the acquired keys; ARGV: the client's
     /// clock in unix ms (for [`RELEASE`]'s announcement), the number of
     /// releases, a token per release, then a token and a ttl in ms per
-    /// acquire. Statuses come in the order of KEYS.
+    /// acquire. Statuses come in the order of KEYS. Bounded: at most
+    /// [`BATCH_MAX`](crate::batch::BATCH_MAX) keys, a constant number of
+    /// calls per key plus one announcement per deleted key (at most
+    /// [`ANNOUNCE_SCAN`] queue entries each, [`ANNOUNCE_BUDGET`] in all).
     BATCH = concat!(
     announce_lua!(),
     acquire_lua!(),
@@ -544,6 +641,7 @@ script! {
     /// batch. Same statuses as [`BATCH`]. KEYS: one key per request; ARGV: the
     /// client's clock in unix ms (for [`RELEASE`]'s announcement), then per
     /// request `a`, token, ttl in ms (acquire) or `r`, token (release).
+    /// Bounded as [`BATCH`].
     BATCH_IN_ORDER = concat!(
     announce_lua!(),
     acquire_lua!(),
@@ -572,4 +670,19 @@ end
 return out
 "
 );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Lua copies of the announcement limits are the Rust constants.
+    #[test]
+    fn announce_limits_in_lua_match_the_constants() {
+        let expected = format!("local announce_scan, announce_budget = {ANNOUNCE_SCAN}, {ANNOUNCE_BUDGET}\n");
+        assert_eq!(announce_limits!(), expected);
+        for script in [&RELEASE, &BATCH, &BATCH_IN_ORDER] {
+            assert!(script.source.contains(&expected));
+        }
+    }
 }
