@@ -347,19 +347,49 @@ pub(crate) struct RenewItem {
     pub(crate) ttl: Duration,
 }
 
-/// Locks per renewal script call. Redis runs a script without serving
-/// anything else; 512 locks keep one call well under a millisecond of server
+/// Keys per renewal script call. Redis runs a script without serving
+/// anything else; 512 keys keep one call well under a millisecond of server
 /// time, and larger batches are split into several calls sent back to back.
-pub(crate) const RENEW_CHUNK: usize = 512;
+/// Counted in keys, not locks, because a lock may have up to
+/// [`scripts::MAX_LOCK_KEYS`] resources; a lock is never split across calls
+/// (its keys are renewed together or not at all), which the assertion below
+/// keeps possible.
+pub(crate) const RENEW_CHUNK_KEYS: usize = 512;
+
+const _: () = assert!(RENEW_CHUNK_KEYS >= scripts::MAX_LOCK_KEYS);
+
+/// Splits `items` into runs of whole locks with at most [`RENEW_CHUNK_KEYS`]
+/// keys each (a lock with more keys than that, which the per-lock limit
+/// rules out, goes alone).
+fn renew_chunks(items: &[RenewItem]) -> impl Iterator<Item = &[RenewItem]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut keys = 0;
+        let len = rest
+            .iter()
+            .take_while(|item| {
+                keys += item.keys.names().len();
+                keys <= RENEW_CHUNK_KEYS
+            })
+            .count()
+            .max(1);
+        let (chunk, tail) = rest.split_at(len);
+        rest = tail;
+        Some(chunk)
+    })
+}
 
 impl Node {
-    /// Renews `items` owner-checked in one script call per [`RENEW_CHUNK`]
-    /// locks, sent as one pipeline; returns one status per item (see
-    /// [`scripts::RENEW`]). In replica-acknowledged mode, a renewal the
-    /// replicas did not acknowledge is the node's error for every item.
+    /// Renews `items` owner-checked in script calls of at most
+    /// [`RENEW_CHUNK_KEYS`] keys each, sent as one pipeline; returns one
+    /// status per item (see [`scripts::RENEW`]). In replica-acknowledged
+    /// mode, a renewal the replicas did not acknowledge is the node's error
+    /// for every item.
     pub(crate) async fn renew(&self, items: &[RenewItem], heal: bool) -> RedisResult<Acked<Vec<i64>>> {
-        let calls = items
-            .chunks(RENEW_CHUNK)
+        let calls = renew_chunks(items)
             .map(|chunk| {
                 let keys: Vec<&String> = chunk.iter().flat_map(|item| item.keys.names()).collect();
                 let mut cmd = scripts::RENEW.call();
@@ -615,6 +645,40 @@ mod tests {
     /// 700 bytes more and is boxed on its own (`batch::submit`,
     /// `Node::release`), which took the futures from 1,000 and 928 bytes to
     /// 280 and 240. The limit keeps them there, with room to grow.
+    fn lock_of(keys: usize) -> RenewItem {
+        let names: Vec<String> = (0..keys).map(|i| format!("k{i}")).collect();
+        RenewItem {
+            keys: Resources::from(names),
+            token: Arc::from("t"),
+            ttl: Duration::from_secs(1),
+        }
+    }
+
+    /// Renewal calls are bounded by keys, whatever the number of resources
+    /// per lock, and never split a lock.
+    #[test]
+    fn renewal_chunks_count_keys_and_keep_locks_whole() {
+        let sizes = [1, 64, 300, 200, 13, 512, 1, 600, 64];
+        let items: Vec<RenewItem> = sizes.iter().map(|&n| lock_of(n)).collect();
+        let chunks: Vec<&[RenewItem]> = renew_chunks(&items).collect();
+        let total: usize = chunks.iter().map(|c| c.len()).sum();
+        assert_eq!(total, items.len(), "every lock in exactly one call");
+        for chunk in &chunks {
+            let keys: usize = chunk.iter().map(|i| i.keys.names().len()).sum();
+            assert!(
+                keys <= RENEW_CHUNK_KEYS || chunk.len() == 1,
+                "{keys} keys in a call of {} locks",
+                chunk.len()
+            );
+        }
+        let per_call: Vec<usize> = chunks.iter().map(|c| c.len()).collect();
+        assert_eq!(per_call, [3, 2, 1, 1, 1, 1], "greedy runs of whole locks");
+        // 512 single-key locks fit one call, the 513th starts the next.
+        let singles: Vec<RenewItem> = (0..513).map(|_| lock_of(1)).collect();
+        let per_call: Vec<usize> = renew_chunks(&singles).map(<[RenewItem]>::len).collect();
+        assert_eq!(per_call, [512, 1]);
+    }
+
     #[test]
     fn request_futures_stay_small() {
         const LIMIT: usize = 512;
