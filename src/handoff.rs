@@ -41,9 +41,20 @@ use crate::quorum;
 use crate::scripts;
 use crate::tasks::{Tasks, Work};
 
-/// Pause before reconnecting a dropped pub/sub connection; a node that is
-/// down is retried at this pace (waiters keep polling meanwhile).
-const RESUBSCRIBE_DELAY: Duration = Duration::from_millis(100);
+/// First pause before reconnecting a pub/sub connection that failed or was
+/// dropped: short, because a dropped connection to a live node (a restart, a
+/// proxy cutting idle flows) is the usual case, and waiters miss its
+/// notifications until it is back.
+const RESUBSCRIBE_BASE: Duration = Duration::from_millis(100);
+
+/// Longest pause between reconnection attempts. While a node stays down,
+/// the pause doubles from [`RESUBSCRIBE_BASE`] up to this: every client that
+/// ever waited keeps a subscriber per node for its whole life, and at a
+/// fixed 100 ms pace a fleet of them would hammer a node that is down or
+/// restarting with connection attempts (each a TCP handshake and a failed
+/// client setup). Waiters keep polling meanwhile, so a node back up is
+/// missed by notifications for at most this long.
+const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
 
 /// How often an idle pub/sub connection is checked with a PING. A connection
 /// can die without the client noticing (a half-open socket, a black-holed
@@ -487,6 +498,37 @@ impl Handoff {
     }
 }
 
+/// Capped exponential backoff with jitter between one subscriber's
+/// reconnection attempts (see [`RESUBSCRIBE_CAP`]).
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            next: RESUBSCRIBE_BASE,
+        }
+    }
+
+    /// The pause before the next attempt: a random time between half the
+    /// current step and the step, which then doubles up to the cap. Random,
+    /// so that the subscribers of many clients, cut off together, do not
+    /// come back in lockstep; never below half the step, so that the pace
+    /// stays bounded.
+    fn pause(&mut self) -> Duration {
+        let step = self.next;
+        self.next = (step * 2).min(RESUBSCRIBE_CAP);
+        step / 2 + step.mul_f64(rand::random::<f64>() / 2.0)
+    }
+
+    /// The node answered on a new connection: the next failure is retried
+    /// soon again.
+    fn reset(&mut self) {
+        self.next = RESUBSCRIBE_BASE;
+    }
+}
+
 /// Completes at `at`, or never for `None`.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
@@ -506,10 +548,11 @@ async fn subscriber(
     mut commands: mpsc::UnboundedReceiver<Command>,
 ) {
     let node = &nodes[index];
+    let mut backoff = Backoff::new();
     loop {
         let connected = tokio::time::timeout(node.connect_timeout(), node.client().get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = connected else {
-            tokio::time::sleep(RESUBSCRIBE_DELAY).await;
+            tokio::time::sleep(backoff.pause()).await;
             // Confirm nothing while down: waiters fall back to polling.
             while let Ok(command) = commands.try_recv() {
                 drop(command);
@@ -528,11 +571,23 @@ async fn subscriber(
         // when it stays so with no waiter (see [`LINGER`]).
         let mut subscribed = waiting;
         let mut linger_until: Option<Instant> = None;
-        if waiting && sink.subscribe(&channel).await.is_err() {
+        // The connection counts as working once the node answered on it
+        // (the subscription's confirmation, or a PING): a node that accepts
+        // connections and then drops or ignores them is backed off like one
+        // that refuses them.
+        let answered = if waiting {
+            tokio::time::timeout(node.connect_timeout(), sink.subscribe(&channel)).await
+        } else {
+            tokio::time::timeout(node.connect_timeout(), sink.ping::<redis::Value>())
+                .await
+                .map(|pong| pong.map(drop))
+        };
+        if !matches!(answered, Ok(Ok(()))) {
             // E.g. no channel permission: retry at the reconnect pace.
-            tokio::time::sleep(RESUBSCRIBE_DELAY).await;
+            tokio::time::sleep(backoff.pause()).await;
             continue;
         }
+        backoff.reset();
         let mut health = tokio::time::interval(PUBSUB_PING);
         health.tick().await;
         loop {
@@ -583,6 +638,6 @@ async fn subscriber(
             }
         }
         tracing::debug!(node = node.name(), "pub/sub connection lost, resubscribing");
-        tokio::time::sleep(RESUBSCRIBE_DELAY).await;
+        tokio::time::sleep(backoff.pause()).await;
     }
 }
