@@ -3,32 +3,27 @@
 //! This is the one place that talks to a node, so that acquire, release and
 //! renewal share one connection, and concurrent acquires and releases are
 //! coalesced here (`crate::batch`). Timeouts are
-//! not applied here but by the quorum layer, which owns the per-node budget.
+//! not applied here but by the quorum layer, which owns the per-node budget;
+//! what the node does watch is whether its connection still answers at all
+//! (see `Conn::stall_limit`), since a request the quorum layer gave up on
+//! tells the connection nothing.
+
+mod conn;
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
-};
-use tokio::sync::Mutex;
-use tokio_util::task::AbortOnDropHandle;
+use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisResult, Value};
 
+pub(crate) use self::conn::Conn;
 use crate::batch::{self, Batcher, Op};
 use crate::handoff::QueueEntry;
 use crate::lock::Resources;
 use crate::replica::{Acked, ReplicaAck};
 use crate::scripts;
 use crate::tasks::Tasks;
-
-/// Numbers connections, so that a failed request discards only its own.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
 
 /// One independent Redis master taking part in the quorum.
 ///
@@ -62,57 +57,17 @@ pub(crate) struct Node {
     replica_ack: Option<ReplicaAck>,
 }
 
-/// A reply on its way from the node.
-type PendingReply<R> = Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>;
-
-/// A request handed over to a connection, its reply still to come (or
-/// already there).
-pub(crate) struct Started<R> {
-    generation: u64,
-    reply: Result<RedisResult<R>, PendingReply<R>>,
-}
-
-/// The node's one request connection and the ordered hand-over to it
-/// (see [`Node`]); shared with the batcher's background flushes.
-pub(crate) struct Conn {
-    client: Client,
-    config: AsyncConnectionConfig,
-    /// The live connection, if any, with a generation number so that a
-    /// request that saw it fail discards that connection and not a newer one.
-    slot: Mutex<Option<Live>>,
-}
-
-/// A connection and what tells whether it still works.
-struct Live {
-    generation: u64,
-    conn: MultiplexedConnection,
-    /// A task that never ends, spawned on the runtime that drives the
-    /// connection's I/O: it counts as finished once that runtime is gone
-    /// (a client kept in a `static` across `#[tokio::test]`s, one runtime
-    /// per job), and the connection with it. Checked on every request, so
-    /// that the first request on a new runtime reconnects instead of failing.
-    runtime_alive: AbortOnDropHandle<()>,
-}
-
 impl Node {
     /// A node that connects on first use (building a client needs neither a
     /// runtime nor a reachable node).
     pub(crate) fn new(client: Client, connect_timeout: Duration, tasks: Arc<Tasks>) -> Self {
+        let client = conn::with_socket_options(client);
         let info = client.get_connection_info();
         let name = format!("{}/{}", info.addr(), info.redis_settings().db());
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(connect_timeout))
-            // The quorum layer bounds every request with its own deadline; a
-            // release may rightly wait longer than any default here.
-            .set_response_timeout(None);
         Node {
             name,
             connect_timeout,
-            conn: Arc::new(Conn {
-                client,
-                config,
-                slot: Mutex::new(None),
-            }),
+            conn: Arc::new(Conn::new(client, connect_timeout, None)),
             batcher: Some(Arc::new(Batcher::new(tasks))),
             replica_ack: None,
         }
@@ -129,6 +84,11 @@ impl Node {
     /// Follows every lock write (acquire, extend, renewal) with `WAIT`.
     pub(crate) fn with_replica_ack(mut self, ack: Option<ReplicaAck>) -> Self {
         self.replica_ack = ack;
+        // A `WAIT` holds back every later reply on its connection: the
+        // stall limit must allow for it. Built before any request, so no
+        // connection is lost here.
+        let wait = ack.map(|ack| ack.timeout());
+        self.conn = Arc::new(Conn::new(self.conn.client().clone(), self.connect_timeout, wait));
         self
     }
 
@@ -139,7 +99,7 @@ impl Node {
     /// The client, for connections other than the request connection
     /// (pub/sub).
     pub(crate) fn client(&self) -> &Client {
-        &self.conn.client
+        self.conn.client()
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
@@ -416,157 +376,6 @@ impl Node {
         }
         Ok(acked.map(|()| statuses))
     }
-}
-
-impl Conn {
-    /// Sends `cmd` in request order (see the type docs) and awaits its reply.
-    ///
-    /// A node that is down fails the request at once (connection refused)
-    /// or after the connect timeout; the next request tries to connect
-    /// again, so a restarted node takes part as soon as it is back.
-    pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
-        let reply = self
-            .hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
-            .await?;
-        Ok(redis::from_redis_value(reply)?)
-    }
-
-    /// Sends the commands of `pipe` in request order as one unit on one
-    /// connection and awaits their replies (server errors stay in the list).
-    pub(crate) async fn send_pipeline(&self, pipe: Pipeline) -> RedisResult<Vec<Value>> {
-        let count = pipe.len();
-        let replies = self
-            .hand_over(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
-            .await?;
-        if replies.len() != count {
-            return Err(wrong_reply_count());
-        }
-        Ok(replies)
-    }
-
-    /// Runs `request` on the connection in request order (see the type
-    /// docs): under the fair lock until its first poll has handed the
-    /// commands over, then without it until the reply.
-    async fn hand_over<R: Reply, F, Fut>(&self, request: F) -> RedisResult<R>
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = RedisResult<R>> + Send + 'static,
-    {
-        let started = self.start(request).await?;
-        self.finish(started).await
-    }
-
-    /// Hands `cmd` over (its place in the node's order is fixed when this
-    /// returns) without waiting for the reply; see [`Conn::finish`].
-    pub(crate) async fn start_command(&self, cmd: Cmd) -> RedisResult<Started<Value>> {
-        self.start(move |mut conn| async move { conn.send_packed_command(&cmd).await })
-            .await
-    }
-
-    /// The first half of [`Conn::hand_over`]: connects if needed and hands
-    /// the request over under the fair lock.
-    async fn start<R, F, Fut>(&self, request: F) -> RedisResult<Started<R>>
-    where
-        F: FnOnce(MultiplexedConnection) -> Fut,
-        Fut: Future<Output = RedisResult<R>> + Send + 'static,
-    {
-        let mut slot = self.slot.lock().await;
-        let (generation, conn) = match &*slot {
-            Some(live) if !live.runtime_alive.is_finished() => (live.generation, live.conn.clone()),
-            _ => {
-                // Boxed: connecting and loading the scripts is a large
-                // future (kilobytes) that, kept inline, would be part of
-                // every request's future, which is built, boxed and moved on
-                // every lock operation; it runs once per connection. Still
-                // under the lock: nothing is handed to this connection before
-                // the scripts are there (see `crate::scripts`).
-                let conn = Box::pin(async {
-                    let mut conn = self
-                        .client
-                        .get_multiplexed_async_connection_with_config(&self.config)
-                        .await?;
-                    let load = scripts::load_all();
-                    let loaded: Vec<Value> = conn.send_packed_commands(&load, 0, load.len()).await?;
-                    match loaded.into_iter().find_map(|v| v.extract_error().err()) {
-                        Some(error) => Err(error),
-                        None => Ok(conn),
-                    }
-                })
-                .await?;
-                let generation = GENERATION.fetch_add(1, Ordering::Relaxed);
-                *slot = Some(Live {
-                    generation,
-                    conn: conn.clone(),
-                    runtime_alive: AbortOnDropHandle::new(tokio::spawn(std::future::pending())),
-                });
-                (generation, conn)
-            }
-        };
-        let mut reply: PendingReply<R> = Box::pin(request(conn));
-        // The first poll hands the command to the connection's writer
-        // queue (or takes a place in its fair wait for room): this fixes
-        // its position before the next request may go. Unconstrained by
-        // Tokio's cooperative budget: with the task's budget used up, the
-        // channel send inside would answer "not yet" after taking its
-        // permit but before queueing the command, and a request let in
-        // after us could overtake it.
-        let reply = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
-            Poll::Ready(result) => Ok(result),
-            Poll::Pending => Err(reply),
-        };
-        Ok(Started { generation, reply })
-    }
-
-    /// The second half of [`Conn::hand_over`]: awaits the reply of a
-    /// request handed over by [`Conn::start_command`].
-    pub(crate) async fn finish<R: Reply>(&self, started: Started<R>) -> RedisResult<R> {
-        let result = match started.reply {
-            Ok(result) => result,
-            Err(mut pending) => pending.as_mut().await,
-        };
-        self.settle(started.generation, result).await
-    }
-
-    /// Drops the connection after an error that leaves it unusable, so that
-    /// the next request reconnects.
-    ///
-    /// A `NOSCRIPT` reply (someone ran `SCRIPT FLUSH`; the command did not
-    /// run) drops it too: the next connection loads the scripts again.
-    async fn settle<R: Reply>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
-        let broken = match &result {
-            Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_no_script(e),
-            Ok(reply) => reply.no_script(),
-        };
-        if broken {
-            let mut slot = self.slot.lock().await;
-            if slot.as_ref().is_some_and(|live| live.generation == generation) {
-                *slot = None;
-            }
-        }
-        result
-    }
-}
-
-/// A reply as [`Conn::settle`] checks it.
-pub(crate) trait Reply {
-    /// The node answered `NOSCRIPT`: it has lost our scripts.
-    fn no_script(&self) -> bool;
-}
-
-impl Reply for Value {
-    fn no_script(&self) -> bool {
-        matches!(self, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
-    }
-}
-
-impl Reply for Vec<Value> {
-    fn no_script(&self) -> bool {
-        self.iter().any(Reply::no_script)
-    }
-}
-
-fn is_no_script(error: &redis::RedisError) -> bool {
-    error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
 impl fmt::Debug for Node {

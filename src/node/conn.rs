@@ -1,0 +1,460 @@
+//! A node's one request connection: the ordered hand-over of requests to
+//! it (see [`Node`](super::Node)), (re)connecting, and watching that it
+//! still answers.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::task::Poll;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::io::tcp::socket2::TcpKeepalive;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
+};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+
+use super::wrong_reply_count;
+use crate::scripts;
+
+/// Numbers connections, so that a failed request discards only its own.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// Idle time after which the kernel starts probing a node connection
+/// (TCP keepalive).
+///
+/// Firewalls and NATs drop the state of flows that stay idle (commonly
+/// after one to several minutes), after which the connection is half-open:
+/// it looks fine, but nothing sent on it arrives. Probing every ten seconds
+/// of silence keeps that state alive, and a peer that is gone (a host that
+/// died without closing) is found by the kernel before the next request
+/// has to find it (see [`STALL_FLOOR`]).
+const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+
+/// Time between unanswered keepalive probes.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Unanswered keepalive probes after which the kernel drops the connection:
+/// with [`KEEPALIVE_IDLE`] and [`KEEPALIVE_INTERVAL`], an idle connection
+/// to a vanished peer is gone within 25 s, while a few lost probes (a
+/// congested link) do not cut a working one.
+const KEEPALIVE_RETRIES: u32 = 3;
+
+/// The shortest stall limit (see [`Conn::stall_limit`]).
+///
+/// A reply can be late without anything being broken: a fork for a
+/// snapshot, another client's slow command, a slow link. Every stall costs
+/// a probe connection; below a quarter second those ordinary delays would
+/// look like stalls.
+const STALL_FLOOR: Duration = Duration::from_millis(250);
+
+/// A reply on its way from the node.
+type PendingReply<R> = Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>;
+
+/// A request handed over to a connection, its reply still to come (or
+/// already there).
+pub(crate) struct Started<R> {
+    generation: u64,
+    reply: Result<RedisResult<R>, PendingReply<R>>,
+}
+
+/// The node's one request connection and the ordered hand-over to it
+/// (see [`Node`](super::Node)); shared with the batcher's background flushes.
+pub(crate) struct Conn {
+    client: Client,
+    config: AsyncConnectionConfig,
+    connect_timeout: Duration,
+    /// See [`Conn::stall_limit`].
+    stall_limit: Duration,
+    /// The live connection, if any, with a generation number so that a
+    /// request that saw it fail discards that connection and not a newer one.
+    slot: Mutex<Option<Live>>,
+}
+
+/// A connection and what tells whether it still works.
+struct Live {
+    generation: u64,
+    conn: MultiplexedConnection,
+    health: Arc<Health>,
+    /// A task that never ends, spawned on the runtime that drives the
+    /// connection's I/O: it counts as finished once that runtime is gone
+    /// (a client kept in a `static` across `#[tokio::test]`s, one runtime
+    /// per job), and the connection with it. Checked on every request, so
+    /// that the first request on a new runtime reconnects instead of failing.
+    runtime_alive: AbortOnDropHandle<()>,
+}
+
+impl Conn {
+    pub(super) fn new(client: Client, connect_timeout: Duration, replica_wait: Option<Duration>) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            // The quorum layer bounds every request with its own deadline; a
+            // release may rightly wait longer than any default here.
+            .set_response_timeout(None);
+        Conn {
+            client,
+            config,
+            connect_timeout,
+            stall_limit: Conn::stall_limit(connect_timeout, replica_wait),
+            slot: Mutex::new(None),
+        }
+    }
+
+    /// The client this connection is opened from.
+    pub(super) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// How long a connection may leave its requests unanswered, with no
+    /// reply at all, before the node checks whether it still works (see
+    /// [`Conn::replace_if_silent`]).
+    ///
+    /// The quorum layer gives up on a request at its deadline by no longer
+    /// polling it, which tells the connection nothing: a connection whose
+    /// flow died silently (no reset ever arrives) would stay in use, every
+    /// request on it timing out, until the kernel gives up after minutes.
+    /// So the node watches its own requests: the time since the connection
+    /// last answered anything while requests were waiting. The limit is the
+    /// connect timeout, the time a new connection is given to answer (so a
+    /// connection silent for that long is no better than a new one), and at
+    /// least [`STALL_FLOOR`]; in replica-acknowledged mode at least the
+    /// `WAIT` timeout, which holds back every later reply of its connection.
+    /// Measured on the hot path with two atomic updates per request, no
+    /// timer and no extra command.
+    fn stall_limit(connect_timeout: Duration, replica_wait: Option<Duration>) -> Duration {
+        connect_timeout
+            .max(STALL_FLOOR)
+            .max(replica_wait.unwrap_or_default())
+    }
+
+    /// Sends `cmd` in request order (see the type docs) and awaits its reply.
+    ///
+    /// A node that is down fails the request at once (connection refused)
+    /// or after the connect timeout; the next request tries to connect
+    /// again, so a restarted node takes part as soon as it is back.
+    pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
+        let reply = self
+            .hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+            .await?;
+        Ok(redis::from_redis_value(reply)?)
+    }
+
+    /// Sends the commands of `pipe` in request order as one unit on one
+    /// connection and awaits their replies (server errors stay in the list).
+    pub(crate) async fn send_pipeline(&self, pipe: Pipeline) -> RedisResult<Vec<Value>> {
+        let count = pipe.len();
+        let replies = self
+            .hand_over(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
+            .await?;
+        if replies.len() != count {
+            return Err(wrong_reply_count());
+        }
+        Ok(replies)
+    }
+
+    /// Runs `request` on the connection in request order (see the type
+    /// docs): under the fair lock until its first poll has handed the
+    /// commands over, then without it until the reply.
+    async fn hand_over<R: Reply, F, Fut>(&self, request: F) -> RedisResult<R>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<R>> + Send + 'static,
+    {
+        let started = self.start(request).await?;
+        self.finish(started).await
+    }
+
+    /// Hands `cmd` over (its place in the node's order is fixed when this
+    /// returns) without waiting for the reply; see [`Conn::finish`].
+    pub(crate) async fn start_command(&self, cmd: Cmd) -> RedisResult<Started<Value>> {
+        self.start(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+            .await
+    }
+
+    /// The first half of [`Conn::hand_over`]: connects if needed and hands
+    /// the request over under the fair lock.
+    async fn start<R, F, Fut>(&self, request: F) -> RedisResult<Started<R>>
+    where
+        F: FnOnce(MultiplexedConnection) -> Fut,
+        Fut: Future<Output = RedisResult<R>> + Send + 'static,
+    {
+        let mut slot = self.slot.lock().await;
+        if slot.as_ref().is_some_and(|live| live.runtime_alive.is_finished()) {
+            *slot = None;
+        }
+        if slot
+            .as_ref()
+            .is_some_and(|live| live.health.stalled(self.stall_limit))
+        {
+            // Boxed for the reason `connect` is: rare and large.
+            Box::pin(self.replace_if_silent(&mut slot)).await;
+        }
+        let live = match slot.take() {
+            Some(live) => live,
+            // Boxed: connecting and loading the scripts is a large future
+            // (kilobytes) that, kept inline, would be part of every
+            // request's future, which is built, boxed and moved on every
+            // lock operation; it runs once per connection. Still under the
+            // lock: nothing is handed to this connection before the scripts
+            // are there (see `crate::scripts`).
+            None => Box::pin(self.connect()).await?,
+        };
+        let generation = live.generation;
+        let conn = live.conn.clone();
+        let in_flight = InFlight::new(Arc::clone(&live.health));
+        *slot = Some(live);
+        let request = request(conn);
+        let mut reply: PendingReply<R> = Box::pin(async move {
+            let result = tokio::select! {
+                biased;
+                result = request => result,
+                () = in_flight.health.retired.cancelled() => return Err(retired()),
+            };
+            in_flight.answered();
+            result
+        });
+        // The first poll hands the command to the connection's writer
+        // queue (or takes a place in its fair wait for room): this fixes
+        // its position before the next request may go. Unconstrained by
+        // Tokio's cooperative budget: with the task's budget used up, the
+        // channel send inside would answer "not yet" after taking its
+        // permit but before queueing the command, and a request let in
+        // after us could overtake it.
+        let reply = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
+            Poll::Ready(result) => Ok(result),
+            Poll::Pending => Err(reply),
+        };
+        Ok(Started { generation, reply })
+    }
+
+    /// Opens a connection and loads the scripts on it.
+    async fn connect(&self) -> RedisResult<Live> {
+        let mut conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        let load = scripts::load_all();
+        let loaded: Vec<Value> = conn.send_packed_commands(&load, 0, load.len()).await?;
+        if let Some(error) = loaded.into_iter().find_map(|v| v.extract_error().err()) {
+            return Err(error);
+        }
+        Ok(Live {
+            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
+            conn,
+            health: Arc::new(Health::new()),
+            runtime_alive: AbortOnDropHandle::new(tokio::spawn(std::future::pending())),
+        })
+    }
+
+    /// The live connection in `slot` has stalled (see
+    /// [`Conn::stall_limit`]): replaces it by a new one if the node answers
+    /// a new connection while the old one stays silent.
+    ///
+    /// The new connection is the probe: connecting and loading the scripts
+    /// take a few round trips and need the node to run commands. So a node
+    /// that is paused or busy (a long script), or a path on which new
+    /// connections fail too, keeps its connection: its requests may still
+    /// run, and a new connection would let later requests overtake them
+    /// (Redis orders only the commands of one connection). If the new
+    /// connection answers while the old one made no progress at all, the
+    /// old flow is what is broken (half-open behind a firewall, a
+    /// black-holed path): it is retired, and its requests still waiting fail
+    /// at once, which drops its last handles and closes it with a reset (see
+    /// [`with_socket_options`]), so that nothing it still had to send can
+    /// reach the node after the requests that follow on the new one. No
+    /// request pays for this check but the first after a stall.
+    async fn replace_if_silent(&self, slot: &mut Option<Live>) {
+        let Some(progress) = slot.as_ref().map(|live| live.health.progress()) else {
+            return;
+        };
+        let probe = tokio::time::timeout(self.connect_timeout, self.connect()).await;
+        let Some(stalled) = slot.as_ref() else {
+            return;
+        };
+        match probe {
+            Ok(Ok(fresh)) if stalled.health.progress() == progress => {
+                tracing::warn!(
+                    node = %self.client.get_connection_info().addr(),
+                    silent_for = ?self.stall_limit,
+                    "connection gave no reply while a new one answered: replaced"
+                );
+                stalled.health.retired.cancel();
+                *slot = Some(fresh);
+            }
+            // The old connection answered meanwhile: it works, and keeping
+            // it keeps the order of its requests. The probe is closed.
+            Ok(Ok(_)) => {}
+            // No answer on a new connection either: probe again only after
+            // another stall limit, so that a paused node is not sent a new
+            // connection by every request.
+            Ok(Err(_)) | Err(_) => stalled.health.restart(),
+        }
+    }
+
+    /// The second half of [`Conn::hand_over`]: awaits the reply of a
+    /// request handed over by [`Conn::start_command`].
+    pub(crate) async fn finish<R: Reply>(&self, started: Started<R>) -> RedisResult<R> {
+        let result = match started.reply {
+            Ok(result) => result,
+            Err(mut pending) => pending.as_mut().await,
+        };
+        self.settle(started.generation, result).await
+    }
+
+    /// Drops the connection after an error that leaves it unusable, so that
+    /// the next request reconnects.
+    ///
+    /// A `NOSCRIPT` reply (someone ran `SCRIPT FLUSH`; the command did not
+    /// run) drops it too: the next connection loads the scripts again.
+    async fn settle<R: Reply>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
+        let broken = match &result {
+            Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_no_script(e),
+            Ok(reply) => reply.no_script(),
+        };
+        if broken {
+            let mut slot = self.slot.lock().await;
+            if slot.as_ref().is_some_and(|live| live.generation == generation) {
+                *slot = None;
+            }
+        }
+        result
+    }
+}
+
+/// Whether a connection still answers: what [`Conn::stall_limit`] is
+/// measured on.
+struct Health {
+    /// The base of `progress_us`.
+    since: Instant,
+    /// Requests handed to the connection that neither got their reply nor
+    /// were given up (dropped) by their caller.
+    outstanding: AtomicUsize,
+    /// When the connection last showed it works, in µs after `since`: its
+    /// last reply, or when it went from idle to busy (an idle connection has
+    /// nothing to answer).
+    progress_us: AtomicU64,
+    /// Cancelled when the connection is retired: its requests still waiting
+    /// fail at once (see [`Conn::replace_if_silent`]).
+    retired: CancellationToken,
+}
+
+impl Health {
+    fn new() -> Self {
+        Health {
+            since: Instant::now(),
+            outstanding: AtomicUsize::new(0),
+            progress_us: AtomicU64::new(0),
+            retired: CancellationToken::new(),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn progress(&self) -> u64 {
+        self.progress_us.load(Ordering::Acquire)
+    }
+
+    /// Starts the wait for progress afresh.
+    fn restart(&self) {
+        self.progress_us.store(self.now_us(), Ordering::Release);
+    }
+
+    /// Requests are waiting and nothing came back for `limit`.
+    fn stalled(&self, limit: Duration) -> bool {
+        let limit_us = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
+        self.outstanding.load(Ordering::Acquire) > 0
+            && self.now_us().saturating_sub(self.progress()) >= limit_us
+    }
+}
+
+/// One request counted in [`Health::outstanding`] until it is answered or
+/// dropped.
+struct InFlight {
+    health: Arc<Health>,
+}
+
+impl InFlight {
+    fn new(health: Arc<Health>) -> Self {
+        if health.outstanding.fetch_add(1, Ordering::AcqRel) == 0 {
+            health.restart();
+        }
+        InFlight { health }
+    }
+
+    /// The connection answered this request.
+    fn answered(&self) {
+        self.health.restart();
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.health.outstanding.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The error of a request whose connection was retired before it answered
+/// (see [`Conn::replace_if_silent`]): whether it ran is unknown.
+fn retired() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "connection retired",
+        "it answered nothing while a new connection to the node did".to_owned(),
+    ))
+}
+
+/// `client` with the socket options of node connections (request and
+/// pub/sub), on top of those it has.
+///
+/// - TCP keepalive ([`KEEPALIVE_IDLE`]), unless the client sets its own.
+/// - `SO_LINGER` 0: closing sends a reset and discards what the socket has
+///   not yet delivered. A node connection is closed only once nothing waits
+///   for its replies (or it was retired, see [`Conn::replace_if_silent`]),
+///   and later requests go on a new connection. With an orderly close the
+///   kernel would keep retransmitting the old connection's last commands,
+///   which could then reach the node after requests sent later on the new
+///   one: the order [`Node`](super::Node) promises.
+pub(super) fn with_socket_options(client: Client) -> Client {
+    let info = client.get_connection_info();
+    let mut tcp = info.tcp_settings().clone();
+    if tcp.keepalive().is_none() {
+        let keepalive = TcpKeepalive::new()
+            .with_time(KEEPALIVE_IDLE)
+            .with_interval(KEEPALIVE_INTERVAL)
+            .with_retries(KEEPALIVE_RETRIES);
+        tcp = tcp.set_keepalive(keepalive);
+    }
+    let tcp = tcp.set_linger_time(Duration::ZERO);
+    // Opening a connection info cannot fail; keep the client as given if it
+    // ever did.
+    Client::open(info.clone().set_tcp_settings(tcp)).unwrap_or(client)
+}
+
+/// A reply as [`Conn::settle`] checks it.
+pub(crate) trait Reply {
+    /// The node answered `NOSCRIPT`: it has lost our scripts.
+    fn no_script(&self) -> bool;
+}
+
+impl Reply for Value {
+    fn no_script(&self) -> bool {
+        matches!(self, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+    }
+}
+
+impl Reply for Vec<Value> {
+    fn no_script(&self) -> bool {
+        self.iter().any(Reply::no_script)
+    }
+}
+
+fn is_no_script(error: &redis::RedisError) -> bool {
+    error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
+}
