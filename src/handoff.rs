@@ -641,3 +641,27 @@ async fn subscriber(
         tokio::time::sleep(backoff.pause()).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each pause lies in the upper half of its step, the steps double up to
+    /// the cap, and a reset starts over.
+    #[test]
+    fn reconnection_pauses_double_up_to_the_cap_and_reset() {
+        let mut backoff = Backoff::new();
+        let mut step = RESUBSCRIBE_BASE;
+        for _ in 0..12 {
+            let pause = backoff.pause();
+            assert!(
+                pause >= step / 2 && pause <= step,
+                "{pause:?} for a step of {step:?}"
+            );
+            step = (step * 2).min(RESUBSCRIBE_CAP);
+        }
+        assert_eq!(step, RESUBSCRIBE_CAP, "capped");
+        backoff.reset();
+        assert!(backoff.pause() <= RESUBSCRIBE_BASE, "back to the first step");
+    }
+}
