@@ -25,6 +25,10 @@
 //!   TCP handshake itself; closing the listener would risk losing the port.)
 //! - reset: cut every current connection with an RST (`SO_LINGER` 0), new
 //!   ones work normally.
+//! - black hole for existing connections only: the connections accepted so
+//!   far go silent as in a black hole (no reset, no FIN), new ones work
+//!   normally: a half-open flow behind a firewall that dropped its state,
+//!   while the path to the node is fine.
 //!
 //! Connections run in a `JoinSet` owned by the accept task, which the proxy
 //! aborts when dropped; dropping the proxy also marks every connection as
@@ -33,6 +37,8 @@
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
 use std::net::Ipv4Addr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -59,6 +65,9 @@ struct State {
     fault: Fault,
     /// Bumped by `reset`: connections accepted before are cut.
     epoch: u64,
+    /// Connections numbered below this (in accept order) are black-holed
+    /// whatever `fault` says (see [`Proxy::black_hole_existing`]).
+    holed_below: u64,
     /// The proxy was dropped.
     closed: bool,
 }
@@ -68,6 +77,19 @@ impl State {
     fn cuts(&self, epoch: u64) -> bool {
         self.closed || self.fault == Fault::Refuse || self.epoch != epoch
     }
+
+    /// Whether connection number `seq` swallows its traffic now.
+    fn swallows(&self, seq: u64) -> bool {
+        self.fault == Fault::BlackHole || seq < self.holed_below
+    }
+}
+
+/// Where a connection's traffic goes: its accept epoch (for cuts) and its
+/// number in accept order (for [`Proxy::black_hole_existing`]).
+#[derive(Clone, Copy, Debug)]
+struct Id {
+    epoch: u64,
+    seq: u64,
 }
 
 /// A proxy on a free 127.0.0.1 port forwarding to `127.0.0.1:target`.
@@ -77,6 +99,8 @@ pub struct Proxy {
     target: u16,
     state: watch::Sender<State>,
     accept: JoinHandle<()>,
+    /// Connections accepted so far (the next one's number).
+    accepted: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -93,14 +117,17 @@ impl Proxy {
             latency: Duration::ZERO,
             fault: Fault::None,
             epoch: 0,
+            holed_below: 0,
             closed: false,
         });
-        let accept = tokio::spawn(accept_loop(listener, target_port, rx));
+        let accepted = Arc::new(AtomicU64::new(0));
+        let accept = tokio::spawn(accept_loop(listener, target_port, rx, Arc::clone(&accepted)));
         Proxy {
             port,
             target: target_port,
             state,
             accept,
+            accepted,
         }
     }
 
@@ -130,6 +157,19 @@ impl Proxy {
         self.state.send_modify(|s| s.fault = Fault::BlackHole);
     }
 
+    /// Swallows all traffic of the connections accepted so far (they go
+    /// silent: nothing is answered, nothing is closed), while new ones are
+    /// served normally. `heal` lifts it.
+    pub fn black_hole_existing(&self) {
+        let below = self.accepted.load(Ordering::SeqCst);
+        self.state.send_modify(|s| s.holed_below = below);
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
     /// Closes new connections at once and cuts existing ones.
     pub fn refuse(&self) {
         self.state.send_modify(|s| s.fault = Fault::Refuse);
@@ -145,6 +185,7 @@ impl Proxy {
         self.state.send_modify(|s| {
             s.fault = Fault::None;
             s.latency = Duration::ZERO;
+            s.holed_below = 0;
         });
     }
 
@@ -158,6 +199,7 @@ impl Proxy {
         self.state.send_modify(|s| {
             s.fault = Fault::None;
             s.latency = Duration::ZERO;
+            s.holed_below = 0;
             s.epoch += 1;
         });
     }
@@ -180,7 +222,12 @@ impl Drop for Proxy {
     }
 }
 
-async fn accept_loop(listener: TcpListener, target: u16, mut state: watch::Receiver<State>) {
+async fn accept_loop(
+    listener: TcpListener,
+    target: u16,
+    mut state: watch::Receiver<State>,
+    next_seq: Arc<AtomicU64>,
+) {
     // Dropping the set (when this task is aborted) aborts every connection.
     let mut connections = JoinSet::new();
     loop {
@@ -188,10 +235,12 @@ async fn accept_loop(listener: TcpListener, target: u16, mut state: watch::Recei
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
                     let now = *state.borrow();
+                    let seq = next_seq.fetch_add(1, Ordering::SeqCst);
                     if now.fault == Fault::Refuse || now.closed {
                         abort(client);
                     } else {
-                        connections.spawn(serve(client, target, state.clone(), now.epoch));
+                        let id = Id { epoch: now.epoch, seq };
+                        connections.spawn(serve(client, target, state.clone(), id));
                     }
                 }
                 // Out of file descriptors or similar: do not spin.
@@ -213,14 +262,14 @@ fn abort(stream: TcpStream) {
 
 /// One client connection: swallow while black-holed, then connect to the
 /// node and relay both directions until both end or the connection is cut.
-async fn serve(mut client: TcpStream, target: u16, mut state: watch::Receiver<State>, epoch: u64) {
+async fn serve(mut client: TcpStream, target: u16, mut state: watch::Receiver<State>, id: Id) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
         let now = *state.borrow_and_update();
-        if now.cuts(epoch) {
+        if now.cuts(id.epoch) {
             return abort(client);
         }
-        if now.fault != Fault::BlackHole {
+        if !now.swallows(id.seq) {
             break;
         }
         tokio::select! {
@@ -240,9 +289,9 @@ async fn serve(mut client: TcpStream, target: u16, mut state: watch::Receiver<St
     let cut = {
         let (client_read, client_write) = client.split();
         let (node_read, node_write) = node.split();
-        let up = pump(client_read, node_write, state.clone(), epoch);
-        let down = pump(node_read, client_write, state.clone(), epoch);
-        let cut_signal = until_cut(state, epoch);
+        let up = pump(client_read, node_write, state.clone(), id);
+        let down = pump(node_read, client_write, state.clone(), id);
+        let cut_signal = until_cut(state, id.epoch);
         tokio::pin!(up, down, cut_signal);
         let (mut up_done, mut down_done) = (false, false);
         loop {
@@ -278,12 +327,7 @@ async fn until_cut(mut state: watch::Receiver<State>, epoch: u64) {
 /// latency in force when it was read. Returns whether the connection must
 /// be cut (otherwise `from` ended or `to` failed; `to` is shut down after
 /// the queue drained).
-async fn pump(
-    mut from: ReadHalf<'_>,
-    mut to: WriteHalf<'_>,
-    state: watch::Receiver<State>,
-    epoch: u64,
-) -> bool {
+async fn pump(mut from: ReadHalf<'_>, mut to: WriteHalf<'_>, state: watch::Receiver<State>, id: Id) -> bool {
     let (queue, mut queued) = mpsc::unbounded_channel::<(Instant, Vec<u8>)>();
     let read_state = state.clone();
     let reader = async move {
@@ -294,10 +338,10 @@ async fn pump(
                 Ok(n) => n,
             };
             let now = *read_state.borrow();
-            if now.cuts(epoch) {
+            if now.cuts(id.epoch) {
                 return true;
             }
-            if now.fault == Fault::BlackHole {
+            if now.swallows(id.seq) {
                 continue;
             }
             if queue
@@ -314,10 +358,10 @@ async fn pump(
                 tokio::time::sleep_until(due).await;
             }
             let now = *state.borrow();
-            if now.cuts(epoch) {
+            if now.cuts(id.epoch) {
                 return true;
             }
-            if now.fault == Fault::BlackHole {
+            if now.swallows(id.seq) {
                 continue;
             }
             if to.write_all(&chunk).await.is_err() {
