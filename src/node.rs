@@ -42,9 +42,10 @@ use crate::tasks::Tasks;
 /// order. So every request takes a fair (first come, first served) lock,
 /// connects if needed, hands its command to the connection, and only then
 /// lets the next request in. The lock is never held while waiting for a reply.
-/// A connection is replaced while requests on it wait only when they can no
-/// longer overtake anything: it broke, or it stayed silent while a new
-/// connection to the node answered (see `Conn::replace_if_silent`).
+/// A connection with requests still waiting on it is replaced only when
+/// those can no longer run after the requests that follow: it broke, or it
+/// stayed silent while a new connection to the node answered (see
+/// `Conn::replace_if_silent`).
 ///
 /// In replica-acknowledged mode ([`ReplicaAck`]) a lock write and its `WAIT`
 /// are handed over as one pipeline, so that they share a connection (see
