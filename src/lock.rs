@@ -562,6 +562,9 @@ impl Resources {
 /// than that are better locked under one coarser name.
 pub const MAX_RESOURCES: usize = 64;
 
+// The scripts' documented bounds assume no lock has more keys than this.
+const _: () = assert!(MAX_RESOURCES <= crate::scripts::MAX_LOCK_KEYS);
+
 impl From<&str> for Resources {
     fn from(name: &str) -> Self {
         Resources(Arc::new([name.to_owned()]))
