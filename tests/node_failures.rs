@@ -181,7 +181,13 @@ async fn failed_attempt_leaks_no_key_on_a_node_that_answers_late() {
     let paused = servers[1].pause();
     let granted_evals = calls(&servers[2], "evalsha");
     // Busy (one refusal, one timeout): nothing taken.
-    assert!(redlock.try_lock("late", Duration::from_secs(30)).await.unwrap().is_none());
+    assert!(
+        redlock
+            .try_lock("late", Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_none()
+    );
     paused.resume();
     // The attempt's budget ended at the frozen node's timeout, so the
     // releases were sent but not awaited: wait until both nodes ran them.
