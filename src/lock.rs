@@ -370,7 +370,11 @@ impl Redlock {
         let shared_queue = queue.map(|entry| Arc::new(entry.clone()));
         let refusals = queue.map(|_| Arc::new(handoff::Refusals::default()));
         let valid_until = start + ttl - drift;
-        let tally = quorum::fan_out(nodes, tasks, deadline, deadline, Until::Decided, |i| {
+        // A waiter's requests are driven past the attempt's deadline, until
+        // its validity would have ended: a refusal that comes late must still
+        // take the waiter off that node's queue (see `handoff::Refusals`).
+        let finish_by = if queue.is_some() { valid_until } else { deadline };
+        let tally = quorum::fan_out(nodes, tasks, deadline, finish_by, Until::Decided, |i| {
             let (nodes, tasks, resources, token) = (
                 Arc::clone(nodes),
                 Arc::clone(tasks),

@@ -167,7 +167,12 @@ fn run_executes_the_command_once_while_another_run_is_busy_or_waits() {
     assert!(wait_child(&mut waiter, Duration::from_secs(20)).success());
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "first\nwaited\n");
     for node in &nodes {
-        assert_eq!(support::dbsize(node), 0, "every run released its lock");
+        assert_eq!(
+            support::dbsize(node),
+            0,
+            "every run released its lock: {}",
+            support::leftovers(node)
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

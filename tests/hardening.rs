@@ -66,6 +66,13 @@ async fn the_librarys_keys_never_collide_with_a_lock() {
         .await
         .expect("nodes up")
         .expect("free");
+    // The lock returns at a majority: let the last node's SET land too.
+    support::eventually("every node holds a:fence", Duration::from_secs(2), || {
+        nodes
+            .iter()
+            .all(|n| get(n, "a:fence").as_deref() == Some(plain.token()))
+    })
+    .await;
     let fenced = redlock
         .with_options(redlock.options().fenced(true))
         .expect("options");
