@@ -349,7 +349,12 @@ pub(crate) async fn release_held(config: &Config, held: &Held, deadline: Instant
     // covers a busy scheduler. A round that never ends was on a runtime
     // that shut down: its task is gone, and no renewal can follow anyway.
     let limit = config.node_timeout.saturating_mul(2);
-    let _ = tokio::time::timeout(limit, held.renewals_handed_over()).await;
+    let handed_over = held.renewals_handed_over();
+    // Polled once without a timer: no round is in progress nearly always.
+    tokio::pin!(handed_over);
+    if futures::poll!(handed_over.as_mut()).is_pending() {
+        let _ = tokio::time::timeout(limit, handed_over).await;
+    }
     release_all(
         config,
         &held.resources,

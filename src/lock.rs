@@ -375,12 +375,9 @@ impl Redlock {
         // take the waiter off that node's queue (see `handoff::Refusals`).
         let finish_by = if queue.is_some() { valid_until } else { deadline };
         let tally = quorum::fan_out(nodes, tasks, deadline, finish_by, Until::Decided, |i| {
-            let (nodes, tasks, resources, token) = (
-                Arc::clone(nodes),
-                Arc::clone(tasks),
-                resources.clone(),
-                Arc::clone(&token),
-            );
+            let (nodes, resources, token) = (Arc::clone(nodes), resources.clone(), Arc::clone(&token));
+            // Only a waiter's attempt spawns work from the request itself.
+            let tasks = queue.map(|_| Arc::clone(tasks));
             let (fence_floor, queue, refusals) =
                 (fence_floor.clone(), shared_queue.clone(), refusals.clone());
             async move {
@@ -395,10 +392,11 @@ impl Redlock {
                     .await;
                 // A refusal queued the waiter there (see `handoff::Refusals`).
                 // Boxed: the rare path stays out of every request's future.
-                if let (Some(entry), Some(refusals), Ok(Ok(false))) = (&queue, &refusals, &reply)
+                if let (Some(entry), Some(refusals), Some(tasks), Ok(Ok(false))) =
+                    (&queue, &refusals, &tasks, &reply)
                     && refusals.refused(i)
                 {
-                    Box::pin(handoff::leave(&nodes, &tasks, entry, &[i], valid_until)).await;
+                    Box::pin(handoff::leave(&nodes, tasks, entry, &[i], valid_until)).await;
                 }
                 reply
             }

@@ -173,6 +173,10 @@ impl Held {
     /// way of every other owner for a ttl. After this returns, each node got
     /// any renewal of this lock before the release that follows.
     pub(crate) async fn renewals_handed_over(&self) {
+        if !self.mark_released() {
+            // The usual case, on every release: no round in progress.
+            return;
+        }
         loop {
             let handed_over = self.renewal_handed_over.notified();
             tokio::pin!(handed_over);
@@ -186,6 +190,14 @@ impl Held {
             }
             handed_over.await;
         }
+    }
+
+    /// Marks the lock released (no renewal round starts after this) and
+    /// says whether one is being handed over now.
+    fn mark_released(&self) -> bool {
+        let mut state = self.state();
+        state.released = true;
+        state.renewing
     }
 
     /// Takes this lock into a renewal round; `false` once a release has
