@@ -9,7 +9,7 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -97,18 +97,6 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn wait_for_file(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < PROCESS_LIMIT,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 fn wait_child(child: &mut Child) -> ExitStatus {
     let start = Instant::now();
     loop {
@@ -174,7 +162,7 @@ fn run_with_secret_nodes(
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn run");
-    wait_for_file(&env);
+    support::wait_until_exists(&env, PROCESS_LIMIT);
     for node in nodes {
         let value = authed(node, &[&["GET", "secret:job"]]).remove(0);
         assert!(

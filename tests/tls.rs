@@ -189,18 +189,6 @@ fn the_library_locks_and_releases_over_tls_with_a_private_ca() {
     });
 }
 
-fn wait_for_file(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < PROCESS_LIMIT,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn quorumlock_run_over_tls_trusts_the_given_ca() {
     let Some(node) = start_tls_node("run") else { return };
@@ -219,7 +207,7 @@ fn quorumlock_run_over_tls_trusts_the_given_ca() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn quorumlock run");
-    wait_for_file(&started);
+    support::wait_until_exists(&started, PROCESS_LIMIT);
     assert_eq!(
         dbsize(&node.server),
         1,

@@ -94,6 +94,16 @@ pub fn calls(server: &RedisServer, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Waits (blocking, polling every 20 ms) until `path` exists: a command
+/// under test got that far. Panics once `limit` has passed.
+pub fn wait_until_exists(path: &std::path::Path, limit: Duration) {
+    let start = std::time::Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < limit, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Polls `condition` every 10 ms until it holds; panics naming `what` once
 /// `limit` has passed. For conditions that become true at a time the test
 /// cannot know (a background release, a key's expiry on the server).
