@@ -5,4 +5,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
-cargo run --release --quiet -- demo "$@"
+cargo run --release --quiet -p quorumlock-cli --features demo -- demo "$@"

@@ -16,24 +16,27 @@ else
   echo "clippy not installed: skipping lints" >&2
 fi
 
-# Library, CLI, integration tests and the README/rustdoc examples.
-cargo test
+# Library, CLI (with its demo), test kit, integration tests and the
+# README/rustdoc examples.
+cargo test --features quorumlock-cli/demo
 # The optional features must keep compiling; the blocking client has its own tests.
-cargo check --features tls,blocking
-cargo test --features blocking --test blocking
+cargo check -p quorumlock --features tls,blocking
+cargo check -p quorumlock-cli
+cargo check -p quorumlock-cli --features tls,demo
+cargo test -p quorumlock --features blocking --test blocking
 # rediss:// nodes: the library and the binary against a TLS redis-server, with a
 # private CA made by the test.
-cargo test --features tls --test tls
+cargo test -p quorumlock-cli --features tls --test tls
 # Examples in their short mode, against local nodes they start; each asserts its outcome.
 for example in cron_guard api_key_pool inventory document_worker; do
-  cargo run --quiet --example "$example" -- --short
+  cargo run --quiet -p quorumlock --example "$example" -- --short
 done
-cargo run --quiet --example inventory -- --short --restart
+cargo run --quiet -p quorumlock --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
-cargo test --bench latency -- --smoke
-cargo test --bench watchdog -- --smoke
-cargo test --bench throughput -- --smoke
-cargo test --bench criterion_lock
+cargo test -p quorumlock --bench latency -- --smoke
+cargo test -p quorumlock --bench watchdog -- --smoke
+cargo test -p quorumlock --bench throughput -- --smoke
+cargo test -p quorumlock --bench criterion_lock
 # The comparison with the peer crates (a package of its own, so that the
 # commands above never compile them), every scenario with tiny counts; it
 # writes to a temp dir, not to docs/.

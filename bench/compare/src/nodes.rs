@@ -12,10 +12,7 @@ use std::net::TcpStream;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-#[path = "../../../tests/support/proxy.rs"]
-mod proxy;
-#[path = "../../../tests/support/server.rs"]
-mod server;
+use quorumlock_testkit::{proxy, server};
 
 pub use proxy::Proxy;
 pub use server::RedisServer;

@@ -1,0 +1,300 @@
+//! `rediss://` nodes against a real TLS redis-server whose certificate is
+//! signed by a private CA made here: the library locks through a client
+//! that trusts the CA, and the `quorumlock` binary (built with `tls`) runs
+//! a command under a lock and checks the node with `--tls-ca`; without the
+//! CA the server is not trusted.
+
+#![cfg(feature = "tls")]
+
+use quorumlock_testkit as support;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use quorumlock::{Error, Redlock};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use support::{Persistence, RedisServer, dbsize};
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+
+/// `quorumlock run`'s status when no majority could be reached.
+const UNREACHABLE: i32 = 69;
+const USAGE: i32 = 2;
+
+/// How long a `quorumlock` process may take on a loaded machine.
+const PROCESS_LIMIT: Duration = Duration::from_secs(20);
+
+/// A redis-server with a TLS port (next to the plain one the harness uses
+/// to see that it is ready and to look at its keys), and the CA that signed
+/// its certificate.
+struct TlsNode {
+    server: RedisServer,
+    tls_port: u16,
+    ca: PathBuf,
+    dir: PathBuf,
+}
+
+impl TlsNode {
+    fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/", self.tls_port)
+    }
+
+    fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(&self.ca).expect("CA file")
+    }
+}
+
+impl Drop for TlsNode {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Writes a private CA and a certificate for 127.0.0.1 and localhost
+/// signed by it into `dir`: (ca.pem, server.pem, server.key).
+fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "quorumlock test CA");
+    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    let ca_key = KeyPair::generate().expect("CA key");
+    let ca_cert = ca_params.self_signed(&ca_key).expect("CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+
+    let mut params =
+        CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()]).expect("server params");
+    params.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    let key = KeyPair::generate().expect("server key");
+    let cert = params.signed_by(&key, &issuer).expect("server certificate");
+
+    let paths = (dir.join("ca.pem"), dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+/// Starts a TLS node, or `None` (with a message) when this redis-server was
+/// built without TLS support.
+fn start_tls_node(name: &str) -> Option<TlsNode> {
+    let dir = std::env::temp_dir().join(format!("quorumlock-tls-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca, cert, key) = make_certificates(&dir);
+    let mut last = None;
+    // Another process may take the TLS port between our look and the
+    // server's bind: try a few.
+    for _ in 0..5 {
+        let tls_port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let port = tls_port.to_string();
+        let args = [
+            "--tls-port",
+            &port,
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-key-file",
+            key.to_str().unwrap(),
+            "--tls-ca-cert-file",
+            ca.to_str().unwrap(),
+            "--tls-auth-clients",
+            "no",
+        ];
+        match RedisServer::try_start(Persistence::AofAlways, &args) {
+            Ok(server) => {
+                return Some(TlsNode {
+                    server,
+                    tls_port,
+                    ca,
+                    dir,
+                });
+            }
+            Err(e) if e.to_string().contains("Bad directive") || e.to_string().contains("not supported") => {
+                eprintln!(
+                    "skipping: this redis-server has no TLS support (build it with BUILD_TLS=yes, or install \
+                     Debian's redis-server, which has it): {e}"
+                );
+                return None;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    panic!("no TLS redis-server could be started: {last:?}");
+}
+
+fn install_provider() {
+    // Fails only when a provider is installed already, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+#[test]
+fn the_library_locks_and_releases_over_tls_with_a_private_ca() {
+    let Some(node) = start_tls_node("library") else {
+        return;
+    };
+    install_provider();
+    runtime().block_on(async {
+        let certificates = redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(node.ca_pem()),
+        };
+        let client = redis::Client::build_with_tls(node.url(), certificates).expect("TLS client");
+        let redlock = Redlock::builder()
+            .client(client)
+            .node_timeout(Duration::from_secs(1))
+            .build()
+            .expect("client over TLS");
+        let guard = redlock
+            .lock("tls:library", Duration::from_secs(10))
+            .await
+            .expect("lock over TLS");
+        assert!(
+            support::get(&node.server, "tls:library").is_some(),
+            "the lock key is on the node"
+        );
+        let report = guard.release().await.expect("release over TLS");
+        assert_eq!(report.confirmed, 1);
+        assert_eq!(dbsize(&node.server), 0, "released");
+        assert!(redlock.shutdown(Duration::from_secs(5)).await.is_complete());
+
+        // The same node without the CA: its certificate is not trusted.
+        let untrusting = Redlock::builder()
+            .node(node.url())
+            .node_timeout(Duration::from_secs(1))
+            .max_attempts(1)
+            .build()
+            .expect("client");
+        let refused = untrusting.lock("tls:library", Duration::from_secs(10)).await;
+        assert!(matches!(refused, Err(Error::Unreachable { .. })), "{refused:?}");
+        let _ = untrusting.shutdown(Duration::from_secs(5)).await;
+        assert_eq!(dbsize(&node.server), 0, "nothing was written without trust");
+    });
+}
+
+#[test]
+fn quorumlock_run_over_tls_trusts_the_given_ca() {
+    let Some(node) = start_tls_node("run") else { return };
+    let (started, go) = (node.dir.join("started"), node.dir.join("go"));
+    let script = format!(
+        "echo > {}; while [ ! -e {} ]; do sleep 0.02; done",
+        started.display(),
+        go.display()
+    );
+    let ca = node.ca.display().to_string();
+    let mut run = Command::new(BIN)
+        .args(["run", "--key", "tls:run", "--node-timeout", "1s", "--verbose"])
+        .args(["--tls-ca", &ca, "--nodes", &node.url(), "--", "sh", "-c", &script])
+        .env_remove("QUORUMLOCK_NODES")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn quorumlock run");
+    support::wait_until_exists(&started, PROCESS_LIMIT);
+    assert_eq!(
+        dbsize(&node.server),
+        1,
+        "the lock is held over TLS while the command runs"
+    );
+    std::fs::write(&go, "").unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < PROCESS_LIMIT, "quorumlock run did not exit");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = run
+        .wait_with_output()
+        .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("acquired"), "{stderr}");
+    assert_eq!(dbsize(&node.server), 0, "released");
+
+    // Without --tls-ca the node's certificate is not trusted: no lock, no command.
+    let marker = node.dir.join("ran");
+    let out = Command::new(BIN)
+        .args(["run", "--key", "tls:run", "--wait", "0", "--node-timeout", "1s"])
+        .args(["--nodes", &node.url(), "--", "touch", marker.to_str().unwrap()])
+        .env_remove("QUORUMLOCK_NODES")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(UNREACHABLE),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!marker.exists(), "the command did not run");
+
+    // A CA file that holds no certificate is a usage error.
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--key",
+            "tls:run",
+            "--tls-ca",
+            node.dir.join("server.key").to_str().unwrap(),
+        ])
+        .args(["--nodes", &node.url(), "--", "true"])
+        .env_remove("QUORUMLOCK_NODES")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(USAGE));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no PEM certificate"));
+}
+
+#[test]
+fn quorumlock_check_over_tls_trusts_the_given_ca() {
+    let Some(node) = start_tls_node("check") else {
+        return;
+    };
+    let ca = node.ca.display().to_string();
+    let out = Command::new(BIN)
+        .args([
+            "check",
+            "--timeout",
+            "5s",
+            "--node-timeout",
+            "1s",
+            "--tls-ca",
+            &ca,
+            "--nodes",
+            &node.url(),
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("all nodes fit for Redlock"), "{stdout}");
+    assert_eq!(dbsize(&node.server), 0, "the check's keys are gone");
+
+    let out = Command::new(BIN)
+        .args(["check", "--timeout", "5s", "--nodes", &node.url()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "an untrusted certificate makes the node unusable"
+    );
+}

@@ -1,0 +1,172 @@
+//! Cost of keeping many locks alive: quorumlock's shared watchdog against one
+//! renewal timer per lock, in one run.
+//!
+//! Both keep `LOCKS` locks alive on 5 local nodes for a measuring window:
+//! - watchdog: one client holding the locks with auto-renewal (one script
+//!   call per node per tick for all due locks);
+//! - per-lock timers: one task per lock with its own interval at ttl/3,
+//!   sending the owner-checked extend script to every node (what a naive
+//!   watchdog does, but owner-checked), over the same kind of connections.
+//!
+//! Reported per variant: script calls the servers executed (round trips; from
+//! `INFO commandstats`), and the client's CPU time (this process's user +
+//! system time from /proc/self/stat), both per second of the window.
+//!
+//! `cargo bench --bench watchdog` (10,000 locks); `-- --smoke` for a tiny run.
+
+use std::time::Duration;
+
+use futures::future::join_all;
+use quorumlock::Redlock;
+use redis::aio::MultiplexedConnection;
+use tokio::time::Instant;
+
+use quorumlock_testkit::server;
+
+use server::RedisServer;
+
+const TTL: Duration = Duration::from_secs(3);
+
+const EXTEND: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) else return 0 end";
+
+fn main() {
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let (locks, window) = if smoke {
+        (200, Duration::from_secs(1))
+    } else {
+        (10_000, Duration::from_secs(6))
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let ours = runtime.block_on(watchdog(&servers, locks, window));
+    let naive = runtime.block_on(per_lock_timers(&servers, locks, window));
+    println!("{locks} locks, ttl {TTL:?}, 5 nodes, window {window:?}, tokio current_thread");
+    println!();
+    println!("| renewal | script calls/s per node | client CPU ms/s |");
+    println!("|---|---:|---:|");
+    println!("| shared watchdog | {:.1} | {:.1} |", ours.calls, ours.cpu_ms);
+    println!("| timer per lock | {:.1} | {:.1} |", naive.calls, naive.cpu_ms);
+    println!();
+    println!(
+        "ratio timer-per-lock / watchdog: {:.0}x round trips, {:.1}x client CPU",
+        naive.calls / ours.calls,
+        naive.cpu_ms / ours.cpu_ms
+    );
+}
+
+struct Cost {
+    /// Script calls per second per node (mean over nodes).
+    calls: f64,
+    /// Client CPU milliseconds per second.
+    cpu_ms: f64,
+}
+
+/// Measures `window` of steady state: server script calls and client CPU.
+async fn measure(servers: &[RedisServer], window: Duration) -> Cost {
+    let calls = || servers.iter().map(eval_calls).sum::<u64>();
+    let (calls_before, cpu_before) = (calls(), cpu_time());
+    tokio::time::sleep(window).await;
+    let (calls_after, cpu_after) = (calls(), cpu_time());
+    let secs = window.as_secs_f64();
+    Cost {
+        calls: (calls_after - calls_before) as f64 / servers.len() as f64 / secs,
+        cpu_ms: (cpu_after - cpu_before).as_secs_f64() * 1e3 / secs,
+    }
+}
+
+async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> Cost {
+    let redlock = Redlock::builder()
+        .nodes(servers.iter().map(RedisServer::url))
+        .build()
+        .unwrap();
+    let mut guards = Vec::with_capacity(locks);
+    for batch in 0..locks.div_ceil(500) {
+        let attempts =
+            (0..500.min(locks - batch * 500)).map(|i| redlock.try_lock(format!("wd:{batch}:{i}"), TTL));
+        guards.extend(join_all(attempts).await.into_iter().map(|g| g.unwrap().unwrap()));
+    }
+    // Let renewal reach its steady rhythm before measuring.
+    tokio::time::sleep(TTL / 3).await;
+    let cost = measure(servers, window).await;
+    assert!(guards.iter().all(|g| g.is_held()), "the watchdog kept every lock");
+    join_all(guards.into_iter().map(|g| g.release())).await;
+    cost
+}
+
+async fn per_lock_timers(servers: &[RedisServer], locks: usize, window: Duration) -> Cost {
+    let mut conns = Vec::new();
+    for server in servers {
+        let client = redis::Client::open(server.url()).unwrap();
+        conns.push(client.get_multiplexed_async_connection().await.unwrap());
+    }
+    let ttl_ms = TTL.as_millis() as u64;
+    let mut tasks = Vec::with_capacity(locks);
+    for i in 0..locks {
+        let (key, token) = (format!("naive:{i}"), format!("{:032x}", rand::random::<u128>()));
+        for conn in &conns {
+            let mut conn = conn.clone();
+            let _: () = redis::cmd("SET")
+                .arg(&key)
+                .arg(&token)
+                .arg("PX")
+                .arg(ttl_ms)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+        let conns: Vec<MultiplexedConnection> = conns.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval_at(Instant::now() + TTL / 3, TTL / 3);
+            loop {
+                tick.tick().await;
+                join_all(conns.iter().map(|c| {
+                    let mut c = c.clone();
+                    let (key, token) = (&key, &token);
+                    async move {
+                        let _: i64 = redis::cmd("EVAL")
+                            .arg(EXTEND)
+                            .arg(1)
+                            .arg(key)
+                            .arg(token)
+                            .arg(ttl_ms)
+                            .query_async(&mut c)
+                            .await
+                            .unwrap();
+                    }
+                }))
+                .await;
+            }
+        }));
+    }
+    tokio::time::sleep(TTL / 3).await;
+    let cost = measure(servers, window).await;
+    for task in tasks {
+        task.abort();
+    }
+    cost
+}
+
+fn eval_calls(server: &RedisServer) -> u64 {
+    let reply = server.command(&["INFO", "commandstats"]).unwrap();
+    reply
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// User + system CPU time of this process so far (Linux /proc).
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command name (which is in parentheses): utime is the
+    // 14th field of the line, stime the 15th, in clock ticks (100 per second
+    // on Linux).
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split(' ').collect();
+    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    Duration::from_millis(ticks * 10)
+}

@@ -1,0 +1,313 @@
+//! Fencing tokens (opt-in, [`crate::LockOptions::fenced`]) and fenced writes.
+//!
+//! A lock can be lost while its holder still works (a long pause, a node
+//! restarted without persistence, a clock jump). The protected resource then
+//! needs a number that grows with each holder, so that it can refuse a stale
+//! holder's writes. A single-node `INCR` is not that number under a quorum:
+//! two holders of a violated lock can read it from different nodes. Here the
+//! token is agreed by a majority (a majority max-register):
+//!
+//! 1. The fenced acquire script also returns each granting node's fence for
+//!    the resources: `max(stored fence, node TIME in µs)`.
+//! 2. After a majority granted, `T = max(values) + 1` is proposed to every
+//!    node; a node accepts only if all its fences are below `T`, and raises
+//!    them to `T`.
+//! 3. `T` is the token once a majority accepted it within the lock's
+//!    validity; a majority of rejections retries with `max(replies) + 1`, at
+//!    most [`FENCE_ROUNDS`] times.
+//!
+//! Unique always: a node accepts a value at most once, so two proposals of
+//! one `T` cannot both win a majority. Strictly increasing across
+//! non-overlapping holders: holder B wins the lock only after holder A's
+//! keys are gone from a node of both quorums, which is after A's step 3, so
+//! B's majority of acceptances shares a node with A's that holds `>= T_A`
+//! and accepted `T_B` only because `T_B > T_A`. A node restarted without
+//! persistence forgets its fences; the time floor of step 1 keeps new values
+//! above old tokens (which are node times plus small increments), as long as
+//! node clocks do not step backwards. The full argument is in docs/design.md.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::ToRedisArgs;
+use redis::aio::ConnectionLike;
+use tokio::time::Instant;
+
+use crate::builder::Config;
+use crate::error::{Error, NodeError, NodeErrorKind, Result};
+use crate::keys;
+use crate::quorum::{self, Until};
+
+/// Proposal rounds of a fenced acquisition before it gives up.
+///
+/// A round is rejected by a majority only when another proposal for the same
+/// resource raced ours (the lock excludes that unless it was violated) or
+/// phase 1 saw a stale minority; each retry proposes above every fence it was
+/// told about, so one retry normally suffices. Four bound the extra round
+/// trips when something is badly wrong.
+pub const FENCE_ROUNDS: u32 = 4;
+
+/// How long a lock node keeps a resource's fence after the last token it
+/// accepted (the fence key's expiry, set again with every token).
+///
+/// A fence key forever would leave one key per fenced resource ever locked,
+/// and a node under `noeviction` runs out of memory. Forgetting it is safe
+/// for the same reason a restart without persistence is (the module docs):
+/// a node that lost the fence offers its clock, `TIME` in µs, instead, and a
+/// day after the last token that clock is a day of µs above it. Tokens only
+/// run ahead of the clocks by the number of tokens issued faster than one
+/// per µs, so the new value is larger as long as the nodes' clocks neither
+/// differ nor step back by anything near a day. The argument in full is in
+/// docs/design.md.
+pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Phase 2: agrees on a token above `floor` for `resources` on a majority,
+/// each round bounded by the per-node timeout and by `valid_until`.
+pub(crate) async fn propose(
+    config: &Config,
+    resources: &[String],
+    floor: u64,
+    valid_until: Instant,
+) -> Result<u64> {
+    let fence_keys: Arc<[String]> = resources.iter().map(|r| keys::fence(r)).collect();
+    let mut proposal = floor + 1;
+    let mut rounds = 1;
+    loop {
+        let deadline = (Instant::now() + config.node_timeout).min(valid_until);
+        let highest = Arc::new(AtomicU64::new(0));
+        let round = quorum::fan_out(
+            &config.nodes,
+            &config.tasks,
+            deadline,
+            deadline,
+            Until::Decided,
+            |i| {
+                let (nodes, keys, highest) = (
+                    Arc::clone(&config.nodes),
+                    Arc::clone(&fence_keys),
+                    Arc::clone(&highest),
+                );
+                async move {
+                    let (accepted, value) = nodes[i].propose_fence(&keys, proposal).await?;
+                    highest.fetch_max(value, Ordering::Relaxed);
+                    Ok(accepted)
+                }
+            },
+        )
+        .await;
+        if round.reached() {
+            return Ok(proposal);
+        }
+        if !round.refused_by_majority() || rounds == FENCE_ROUNDS || Instant::now() >= valid_until {
+            tracing::debug!(resources = ?resources, rounds, ?round, "fence proposal failed");
+            return Err(round.unreachable());
+        }
+        rounds += 1;
+        proposal = proposal.max(highest.load(Ordering::Relaxed)) + 1;
+    }
+}
+
+/// The outcome of a [`FencedWrite`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Fenced {
+    /// The write was applied; for [`FencedWrite::incr_by`] the new value.
+    Applied(Option<i64>),
+    /// A holder with a newer token has written: this holder's lock was lost
+    /// and the write was refused. Stop working.
+    Stale {
+        /// The highest token seen for the resource.
+        seen: u64,
+    },
+    /// [`FencedWrite::incr_by`] would have gone below its minimum (e.g. out
+    /// of stock); nothing was written.
+    BelowMin {
+        /// The current value.
+        current: i64,
+    },
+}
+
+/// Writes to data in Redis that apply only if the writer's fencing token is
+/// at least the highest seen for the resource, atomically, without a lock.
+///
+/// The "highest token seen" lives next to the data, in key
+/// `quorumlock:fence-seen:{<resource>}` on the connection you pass (the data store, which
+/// need not be a lock node). A holder writes with its token; once a newer
+/// holder has written, every write of an older token is refused with
+/// [`Fenced::Stale`]. The same pattern in SQL:
+/// `UPDATE stock SET qty = qty - 1, fence = $1 WHERE sku = $2 AND fence <= $1 AND qty >= 1`,
+/// and zero rows updated means "stale or out of stock".
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use quorumlock::{Fenced, FencedWrite, Redlock};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
+/// let fenced = redlock.with_options(redlock.options().fenced(true))?;
+/// let guard = fenced.lock("sku:42", Duration::from_secs(10)).await?;
+/// let token = guard.fence_token().expect("fenced lock");
+/// let mut store = redis::Client::open("redis://127.0.0.1:6380")?
+///     .get_multiplexed_async_connection()
+///     .await?;
+/// match FencedWrite::new("sku:42", token).incr_by(&mut store, "stock:42", -1, 0).await? {
+///     Fenced::Applied(left) => println!("sold one, {left:?} left"),
+///     Fenced::BelowMin { .. } => println!("out of stock"),
+///     Fenced::Stale { .. } => println!("our lock was lost: a newer holder wrote"),
+///     _ => {}
+/// }
+/// guard.release().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FencedWrite {
+    seen_key: String,
+    token: u64,
+}
+
+impl FencedWrite {
+    /// Writes for `resource` (the lock's resource name) with `token`.
+    pub fn new(resource: &str, token: u64) -> Self {
+        FencedWrite {
+            seen_key: keys::fence_seen(resource),
+            token,
+        }
+    }
+
+    /// `SET key value`, fenced.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when `key` holds a non-string value;
+    /// [`Error::Unreachable`] when the store fails.
+    pub async fn set<C, V>(&self, store: &mut C, key: &str, value: V) -> Result<Fenced>
+    where
+        C: ConnectionLike + Send,
+        V: ToRedisArgs + Send + Sync,
+    {
+        let mut cmd = self.command(key);
+        cmd.arg("set").arg(value);
+        Ok(match self.run(store, cmd).await? {
+            Fenced::Applied(_) => Fenced::Applied(None),
+            other => other,
+        })
+    }
+
+    /// `INCRBY key delta`, fenced, and only if the result stays at or above
+    /// `min` (use a negative `delta` with `min = 0` to take stock).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] when `key` holds a non-integer value;
+    /// [`Error::Unreachable`] when the store fails.
+    pub async fn incr_by<C>(&self, store: &mut C, key: &str, delta: i64, min: i64) -> Result<Fenced>
+    where
+        C: ConnectionLike + Send,
+    {
+        let mut cmd = self.command(key);
+        cmd.arg("incrby").arg(delta).arg(min);
+        self.run(store, cmd).await
+    }
+
+    fn command(&self, key: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(crate::scripts::FENCED_WRITE)
+            .arg(2)
+            .arg(&self.seen_key)
+            .arg(key)
+            .arg(self.token);
+        cmd
+    }
+
+    async fn run<C: ConnectionLike + Send>(&self, store: &mut C, cmd: redis::Cmd) -> Result<Fenced> {
+        let (status, value): (i64, String) = match cmd.query_async(store).await {
+            Ok(reply) => reply,
+            Err(e) if e.code() == Some("BADKEY") => {
+                return Err(Error::Config(format!(
+                    "fenced write: {}",
+                    e.detail().unwrap_or_default()
+                )));
+            }
+            Err(e) => {
+                return Err(Error::Unreachable {
+                    succeeded: 0,
+                    refused: 0,
+                    quorum: 1,
+                    nodes: 1,
+                    errors: vec![NodeError {
+                        node: "fenced-write store".into(),
+                        kind: NodeErrorKind::Redis(e),
+                    }],
+                });
+            }
+        };
+        let number = |what: &str| -> Result<i64> {
+            value
+                .parse()
+                .map_err(|_| Error::Config(format!("fenced write: unexpected {what} {value:?}")))
+        };
+        Ok(match status {
+            1 => Fenced::Applied(value.parse().ok()),
+            -1 => Fenced::Stale {
+                seen: number("seen token")?.try_into().unwrap_or(0),
+            },
+            _ => Fenced::BelowMin {
+                current: number("value")?,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::Redlock;
+    use quorumlock_testkit::server;
+
+    /// Many proposers racing on one resource's fences (what happens when a
+    /// lock is violated): however the rounds interleave, no two of them may
+    /// come out with the same token.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_proposals_never_yield_the_same_token() {
+        let servers: Vec<server::RedisServer> = (0..5).map(|_| server::RedisServer::start()).collect();
+        let redlock = Redlock::builder()
+            .nodes(servers.iter().map(server::RedisServer::url))
+            .node_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let resources = vec!["contended".to_string()];
+        let proposers = (0..16).map(|_| {
+            let (redlock, resources) = (redlock.clone(), resources.clone());
+            tokio::spawn(async move {
+                let mut won = Vec::new();
+                for _ in 0..25 {
+                    let valid_until = Instant::now() + Duration::from_secs(30);
+                    if let Ok(token) = propose(&redlock.config, &resources, 0, valid_until).await {
+                        won.push(token);
+                    }
+                }
+                won
+            })
+        });
+        let mut tokens = Vec::new();
+        for proposer in proposers {
+            tokens.extend(proposer.await.unwrap());
+        }
+        let unique: HashSet<u64> = tokens.iter().copied().collect();
+        assert!(!tokens.is_empty(), "some proposals won");
+        assert_eq!(
+            unique.len(),
+            tokens.len(),
+            "duplicate tokens among {} wins",
+            tokens.len()
+        );
+    }
+}
