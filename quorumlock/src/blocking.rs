@@ -30,12 +30,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::builder::RedlockBuilder;
+use crate::client as lock;
+use crate::config::DEFAULT_SHUTDOWN_TIMEOUT;
 use crate::error::{Error, Result};
-use crate::guard::ReleaseReport;
-use crate::lock::Resources;
+use crate::lock::guard::{self, ReleaseReport};
+use crate::lock::resources::Resources;
 use crate::options::LockOptions;
-use crate::shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, ShutdownReport};
-use crate::{RedlockBuilder, guard, lock};
+use crate::shutdown::ShutdownReport;
 
 /// The runtime of a blocking client. When the last client or guard using it
 /// is dropped, it shuts the client down (releasing every lock still held and

@@ -1,105 +1,20 @@
-//! `Redlock::builder()`: nodes, timing settings and their defaults.
+//! `Redlock::builder()`: nodes and settings, validated into a client.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::client::Redlock;
+use crate::config::{
+    DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
+    DEFAULT_NODE_TIMEOUT, MAX_TTL,
+};
 use crate::error::{Error, Result};
-use crate::guard::Holders;
-use crate::handoff::Handoff;
-use crate::lock::Redlock;
-use crate::node::Node;
+use crate::lock::shared::Shared;
+use crate::node::{Node, ReplicaAck};
 use crate::options::LockOptions;
-use crate::replica::ReplicaAck;
+use crate::quorum::Quorum;
 use crate::tasks::Tasks;
-use crate::watchdog::Watchdog;
-
-/// Default lock ttl for callers that have no better figure (the CLI, examples).
-///
-/// Long enough that a renewal or two can fail without losing the lock, short
-/// enough that a crashed holder blocks others for half a minute at most.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
-
-/// Longest ttl a lock may have, and longest node, connect or drift time.
-///
-/// A lease that outlives a crashed holder by more than a year is not a
-/// lease; hold longer with renewal. The bound keeps every deadline the
-/// library computes (start + ttl on the monotonic clock, now + ttl in
-/// milliseconds on the nodes) far from overflow, so that an absurd setting
-/// is an [`Error::Config`], never a panic.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-
-/// Default time each node has to answer one request.
-///
-/// Small next to the ttl (0.3 % of [`DEFAULT_TTL`]) so that a dead or paused
-/// node costs an acquisition little validity, as the Redlock description asks
-/// (5-50 ms for a 10 s ttl on a LAN); large enough for a cross-zone round trip
-/// on a busy host. Raise it for nodes far away.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
-
-/// Default time to establish a connection to a node (TCP, TLS, AUTH).
-///
-/// Larger than the per-node timeout because a handshake costs several round
-/// trips. A connection is set up by the first request that needs it; an
-/// acquire or extend gives up on it at its per-node deadline (the next
-/// request starts over), while a release, driven for up to the lock's ttl,
-/// can wait for it to complete.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Default clock drift allowance as a fraction of the ttl (1 %).
-///
-/// Nodes expire keys on their own clocks. The reference Redlock implementation
-/// assumes they may run up to 1 % fast relative to ours.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-
-/// Default fixed part of the drift allowance (2 ms).
-///
-/// Redis expires keys with millisecond resolution, and expiry checks are not
-/// instantaneous; the reference implementation adds 2 ms for that.
-pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
-
-/// Whether renewals re-create a lock's key on a node that lost it (default on).
-///
-/// A node restarted without persistence comes back empty; while we still hold
-/// a majority elsewhere, setting our key there again (`SET NX`, same token)
-/// restores the margin the lock had. It never overwrites another owner's key.
-pub const DEFAULT_HEAL: bool = true;
-
-/// Whether concurrent single-key acquires and releases to a node are
-/// coalesced into one script call (default on).
-///
-/// A lone caller is never delayed: while fewer than eight requests are in
-/// flight to a node, each goes at once as a single command. Beyond that,
-/// the requests that queue while a batch is in flight go together in the
-/// next script call, which saves the servers' and the client's per-command
-/// overhead: with 64 and 256 concurrent lock+unlock loops on 1, 3 or 5
-/// local nodes, 1.0x-1.6x the throughput of pipelined single commands,
-/// against 0.5x-0.95x without batching (`cargo bench --bench throughput`,
-/// tasks spawned).
-///
-/// Turn it off for nodes that are Redis Cluster members (a batch mixes keys
-/// of any hash slot). It does not pay with a few loops on several nodes (8
-/// loops on 5 nodes: about three quarters of the throughput without it), nor
-/// with 64 loops driven from one task (futures joined inside one task, not
-/// spawned) on one node (0.55x against 0.80x); `docs/benchmarks.md` has the
-/// figures.
-pub const DEFAULT_BATCHING: bool = true;
-
-/// Settings shared by a client and all its guards.
-#[derive(Debug)]
-pub(crate) struct Config {
-    pub(crate) nodes: Arc<[Node]>,
-    pub(crate) node_timeout: Duration,
-    pub(crate) drift_factor: f64,
-    pub(crate) drift_fixed: Duration,
-    pub(crate) heal: bool,
-    pub(crate) watchdog: Watchdog,
-    pub(crate) handoff: Handoff,
-    /// Every lock a guard of this client holds, for shutdown.
-    pub(crate) holders: Holders,
-    /// The client's background work (see `crate::tasks`).
-    pub(crate) tasks: Arc<Tasks>,
-}
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
 // Built once per node at configuration time; with `tls` a client is large,
@@ -121,6 +36,13 @@ impl fmt::Debug for NodeSpec {
                 f.debug_tuple("Client").field(&name).finish()
             }
         }
+    }
+}
+
+impl Redlock {
+    /// Starts configuring a client.
+    pub fn builder() -> RedlockBuilder {
+        RedlockBuilder::default()
     }
 }
 
@@ -351,9 +273,13 @@ impl RedlockBuilder {
                         client.get_connection_info().addr()
                     )));
                 }
-                Ok(Node::new(client, self.connect_timeout, Arc::clone(&tasks))
-                    .with_replica_ack(self.replica_ack)
-                    .with_batching(self.batching))
+                Ok(Node::new(
+                    client,
+                    self.connect_timeout,
+                    Arc::clone(&tasks),
+                    self.batching,
+                    self.replica_ack,
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
         if nodes.len() % 2 == 0 {
@@ -362,18 +288,15 @@ impl RedlockBuilder {
                 "even number of nodes: tolerates no more failures than one node fewer"
             );
         }
-        let config = Config {
+        let quorum = Quorum {
             nodes: nodes.into(),
+            tasks,
             node_timeout: self.node_timeout,
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
-            heal: self.heal,
-            watchdog: Watchdog::default(),
-            handoff: Handoff::default(),
-            holders: Holders::default(),
-            tasks,
         };
-        Ok(Redlock::from_config(Arc::new(config), self.options))
+        let shared = Shared::new(quorum, self.heal);
+        Ok(Redlock::from_shared(Arc::new(shared), self.options))
     }
 }
 

@@ -3,37 +3,46 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-mod batch;
+// The layers, each using only those above it in this list:
+// leaves (config, error, options, random, tasks), then wire <- node <-
+// quorum <- lock <- client (builder, client, shutdown) <- extras
+// (idempotency, blocking). docs/design.md has the map.
+mod config;
+mod error;
+mod options;
+mod random;
+mod tasks;
+
+mod wire;
+
+mod node;
+
+mod quorum;
+
+mod lock;
+
+mod builder;
+mod client;
+mod shutdown;
+
 #[cfg(feature = "blocking")]
 pub mod blocking;
-mod builder;
-mod error;
-mod fence;
-mod guard;
-mod handoff;
 mod idempotency;
-mod keys;
-mod lock;
-mod node;
-mod options;
-mod quorum;
-mod random;
-mod replica;
-mod scripts;
-mod shutdown;
-mod tasks;
-mod watchdog;
 
-pub use builder::{
+pub use builder::{RedlockBuilder, redact_url};
+pub use client::Redlock;
+pub use config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
-    DEFAULT_NODE_TIMEOUT, DEFAULT_TTL, MAX_TTL, RedlockBuilder, redact_url,
+    DEFAULT_MIN_VALIDITY, DEFAULT_NODE_TIMEOUT, DEFAULT_REPLICA_ACK_TIMEOUT, DEFAULT_RESULT_TTL,
+    DEFAULT_RETRY_DELAY, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, FENCE_RETENTION, FENCE_ROUNDS,
+    MAX_TTL, MIN_RETRY_DELAY,
 };
 pub use error::{Error, NodeError, NodeErrorKind, Result};
-pub use fence::{FENCE_RETENTION, FENCE_ROUNDS, Fenced, FencedWrite};
-pub use guard::{Guard, ReleaseReport};
-pub use idempotency::{DEFAULT_RESULT_TTL, Idempotency};
-pub use keys::RESERVED_PREFIX;
-pub use lock::{MAX_RESOURCES, Redlock, Resources};
-pub use options::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, LockOptions, MIN_RETRY_DELAY};
-pub use replica::{DEFAULT_REPLICA_ACK_TIMEOUT, ReplicaAck};
-pub use shutdown::{DEFAULT_SHUTDOWN_TIMEOUT, ShutdownReport};
+pub use idempotency::Idempotency;
+pub use lock::fence::{Fenced, FencedWrite};
+pub use lock::guard::{Guard, ReleaseReport};
+pub use lock::resources::{MAX_RESOURCES, Resources};
+pub use node::ReplicaAck;
+pub use options::LockOptions;
+pub use shutdown::ShutdownReport;
+pub use wire::keys::RESERVED_PREFIX;

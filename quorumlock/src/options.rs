@@ -2,29 +2,8 @@
 
 use std::time::Duration;
 
+use crate::config::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, MIN_RETRY_DELAY};
 use crate::error::{Error, Result};
-
-/// Default mean delay between two attempts of [`crate::Redlock::lock`].
-///
-/// Randomised between half and one and a half times this value so that
-/// clients that collided do not collide again in lock step.
-pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
-
-/// Shortest retry delay accepted.
-///
-/// A waiter polls at this pace between wake-ups; at zero it would retry in
-/// a hot loop, sending every node a request per scheduler turn while the
-/// resource is held.
-pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
-
-/// Default time [`crate::Redlock::lock`] keeps trying before it gives up.
-///
-/// Enough to ride out a short critical section of another holder and a node
-/// restart; short enough that a stuck holder surfaces as an error.
-pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
-
-/// Default minimum validity an acquisition must leave (any positive time).
-pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
 
 /// How a lock is taken and kept: the settings that may differ per call.
 ///

@@ -5,19 +5,10 @@ use std::time::Duration;
 
 use futures::future::join_all;
 
-use crate::guard::release_held;
-use crate::lock::{Redlock, Resources};
+use crate::client::Redlock;
+use crate::lock::release::release_held;
+use crate::lock::resources::Resources;
 use crate::quorum::{self, Until};
-
-/// Default bound of a shutdown that nobody gave a timeout: the CLI's, and
-/// the blocking client's when it is dropped.
-///
-/// A release at shutdown may first have to connect (the connect timeout,
-/// [`crate::DEFAULT_CONNECT_TIMEOUT`], 1 s) and then wait for the reply (the
-/// node timeout, [`crate::DEFAULT_NODE_TIMEOUT`], 100 ms); two seconds cover
-/// both with room for a loaded machine, and are short enough for a program
-/// on its way out.
-pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What [`Redlock::shutdown`] achieved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -111,19 +102,17 @@ impl Redlock {
     /// ```
     pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
         let deadline = quorum::deadline_after(timeout);
-        let config = &self.config;
+        let shared = &self.shared;
+        let quorum = &shared.quorum;
         // First: from here on no attempt hands over a lock (see `attempt`).
-        config.tasks.closing().cancel();
-        config
-            .handoff
-            .leave_all(&config.nodes, &config.tasks, deadline)
-            .await;
-        let held = config.holders.take_all();
+        quorum.tasks.closing().cancel();
+        shared.handoff.leave_all(quorum, deadline).await;
+        let held = shared.holders.take_all();
         let releases = held.into_iter().filter_map(|held| {
             held.mark_lost();
             held.claim_release().then_some(async move {
-                let tally = release_held(config, &held, deadline, Until::All).await;
-                let confirmed = tally.ok + tally.refused >= quorum::quorum(tally.nodes);
+                let tally = release_held(quorum, &held, deadline, Until::All).await;
+                let confirmed = tally.ok + tally.refused >= tally.quorum();
                 (held.resources.clone(), confirmed)
             })
         });
@@ -134,7 +123,7 @@ impl Redlock {
             .filter(|(_, confirmed)| !confirmed)
             .map(|(resources, _)| resources)
             .collect();
-        let unfinished = config.tasks.close_and_wait(deadline).await;
+        let unfinished = quorum.tasks.close_and_wait(deadline).await;
         let report = ShutdownReport {
             released,
             unconfirmed,

@@ -140,7 +140,7 @@ async fn a_release_examines_a_bounded_part_of_a_flooded_queue() {
     let _alone = ONE_AT_A_TIME.lock().await;
     let servers = start_nodes(1);
     let server = &servers[0];
-    let queue = "quorumlock:waiters:flooded";
+    let queue = "quorumlock:waiters:{flooded}";
     flood(server, queue, FLOOD);
     let redlock = client(&servers);
     let guard = redlock
@@ -180,7 +180,11 @@ async fn batched_releases_over_flooded_queues_stay_short() {
     let server = &servers[0];
     let resources: Vec<String> = (0..LOCKS).map(|i| format!("flooded-{i}")).collect();
     for resource in &resources {
-        flood(server, &format!("quorumlock:waiters:{resource}"), FLOOD / LOCKS);
+        flood(
+            server,
+            &format!("quorumlock:waiters:{{{resource}}}"),
+            FLOOD / LOCKS,
+        );
     }
     let redlock = client(&servers);
     let guards = join_all(
@@ -211,7 +215,7 @@ async fn batched_releases_over_flooded_queues_stay_short() {
     }
     let left: i64 = resources
         .iter()
-        .map(|r| int(server, &["ZCARD", &format!("quorumlock:waiters:{r}")]))
+        .map(|r| int(server, &["ZCARD", &format!("quorumlock:waiters:{{{r}}}")]))
         .sum();
     let removed = i64::try_from(FLOOD / LOCKS * LOCKS).unwrap() - left;
     let lock_count = i64::try_from(LOCKS).unwrap();
@@ -238,7 +242,7 @@ async fn a_live_waiter_behind_expired_entries_is_named_within_a_few_releases() {
     let servers = start_nodes(1);
     let server = &servers[0];
     let resource = "behind";
-    let queue = format!("quorumlock:waiters:{resource}");
+    let queue = format!("quorumlock:waiters:{{{resource}}}");
     flood(server, &queue, EXPIRED);
     let holder = client(&servers);
     let mut guard = holder

@@ -43,7 +43,7 @@ fn subscriptions(server: &RedisServer) -> i64 {
 
 /// Waiters queued for `resource` on `server`.
 fn queued(server: &RedisServer, resource: &str) -> usize {
-    let count = int(server, &["ZCARD", &format!("quorumlock:waiters:{resource}")]);
+    let count = int(server, &["ZCARD", &format!("quorumlock:waiters:{{{resource}}}")]);
     usize::try_from(count).expect("ZCARD is never negative")
 }
 
@@ -346,7 +346,7 @@ async fn a_release_skips_waiters_whose_deadline_passed() {
     let guard = hold(&holder, &servers, "stale").await;
     for server in &servers {
         // First in line (place 1), deadline in 1970.
-        let queue = "quorumlock:waiters:stale";
+        let queue = "quorumlock:waiters:{stale}";
         assert_eq!(int(server, &["ZADD", queue, "1", "1000:deadbeef"]), 1);
     }
     let redlock = slow_poller(&servers);

@@ -156,7 +156,7 @@ fn a_shutdown_takes_waiters_off_the_queues_and_ends_their_wait() {
             || {
                 nodes
                     .iter()
-                    .all(|n| support::int(n, &["EXISTS", "quorumlock:waiters:busy"]) == 1)
+                    .all(|n| support::int(n, &["EXISTS", "quorumlock:waiters:{busy}"]) == 1)
             },
         );
         tokio::select! {

@@ -210,7 +210,7 @@ pub(super) async fn probe(
     // One hash tag: both keys in one slot, for a Redis Cluster member.
     let (key, queue) = (
         format!("quorumlock:check:{{{id}}}"),
-        format!("quorumlock:waiters:quorumlock:check:{{{id}}}"),
+        format!("quorumlock:waiters:{{{id}}}:quorumlock:check:{{{id}}}"),
     );
     let channel = format!("quorumlock:wake:check-{id}");
     let token = id.clone();

@@ -26,7 +26,7 @@ Examples:
   quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json
 
 Permissions: every command the library sends is tried as the URL's user,
-on throwaway keys (quorumlock:check:{ID}, quorumlock:waiters:quorumlock:check:{ID},
+on throwaway keys (quorumlock:check:{ID}, quorumlock:waiters:{ID}:quorumlock:check:{ID},
 deleted again, and expiring by themselves within seconds) and a throwaway channel
 (quorumlock:wake:check-ID). A user needs the lock keys, quorumlock:* keys and
 the quorumlock:wake:* channels: ~yourkeys:* ~quorumlock:* &quorumlock:wake:*

@@ -11,47 +11,17 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::io::tcp::socket2::TcpKeepalive;
-use redis::{
-    AsyncConnectionConfig, Client, Cmd, FromRedisValue, Pipeline, RedisResult, ServerErrorKind, Value,
-};
+use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisResult, ServerErrorKind, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::wrong_reply_count;
-use crate::scripts;
+use crate::config::{KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_RETRIES, STALL_FLOOR};
+use crate::wire::{self, wrong_reply_count};
 
 /// Numbers connections, so that a failed request discards only its own.
 static GENERATION: AtomicU64 = AtomicU64::new(0);
-
-/// Idle time after which the kernel starts probing a node connection
-/// (TCP keepalive).
-///
-/// Firewalls and NATs drop the state of flows that stay idle (commonly
-/// after one to several minutes), after which the connection is half-open:
-/// it looks fine, but nothing sent on it arrives. Probing every ten seconds
-/// of silence keeps that state alive, and a peer that is gone (a host that
-/// died without closing) is found by the kernel before the next request
-/// has to find it (see [`STALL_FLOOR`]).
-const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
-
-/// Time between unanswered keepalive probes.
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
-
-/// Unanswered keepalive probes after which the kernel drops the connection:
-/// with [`KEEPALIVE_IDLE`] and [`KEEPALIVE_INTERVAL`], an idle connection
-/// to a vanished peer is gone within 25 s, while a few lost probes (a
-/// congested link) do not cut a working one.
-const KEEPALIVE_RETRIES: u32 = 3;
-
-/// The shortest stall limit (see [`Conn::stall_limit`]).
-///
-/// A reply can be late without anything being broken: a fork for a
-/// snapshot, another client's slow command, a slow link. Every stall costs
-/// a probe connection; below a quarter second those ordinary delays would
-/// look like stalls.
-const STALL_FLOOR: Duration = Duration::from_millis(250);
 
 /// A reply on its way from the node.
 type PendingReply<R> = Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>;
@@ -90,7 +60,7 @@ struct Live {
 }
 
 impl Conn {
-    pub(super) fn new(client: Client, connect_timeout: Duration, replica_wait: Option<Duration>) -> Self {
+    pub(crate) fn new(client: Client, connect_timeout: Duration, replica_wait: Option<Duration>) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // The quorum layer bounds every request with its own deadline; a
@@ -106,7 +76,7 @@ impl Conn {
     }
 
     /// The client this connection is opened from.
-    pub(super) fn client(&self) -> &Client {
+    pub(crate) fn client(&self) -> &Client {
         &self.client
     }
 
@@ -137,11 +107,9 @@ impl Conn {
     /// A node that is down fails the request at once (connection refused)
     /// or after the connect timeout; the next request tries to connect
     /// again, so a restarted node takes part as soon as it is back.
-    pub(crate) async fn send<T: FromRedisValue>(&self, cmd: Cmd) -> RedisResult<T> {
-        let reply = self
-            .hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
-            .await?;
-        Ok(redis::from_redis_value(reply)?)
+    pub(crate) async fn send(&self, cmd: Cmd) -> RedisResult<Value> {
+        self.hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+            .await
     }
 
     /// Sends the commands of `pipe` in request order as one unit on one
@@ -201,7 +169,7 @@ impl Conn {
             // request's future, which is built, boxed and moved on every
             // lock operation; it runs once per connection. Still under the
             // lock: nothing is handed to this connection before the scripts
-            // are there (see `crate::scripts`).
+            // are there (see `crate::wire`).
             None => Box::pin(self.connect()).await?,
         };
         let generation = live.generation;
@@ -238,11 +206,8 @@ impl Conn {
             .client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
-        let load = scripts::load_all();
-        let loaded: Vec<Value> = conn.send_packed_commands(&load, 0, load.len()).await?;
-        if let Some(error) = loaded.into_iter().find_map(|v| v.extract_error().err()) {
-            return Err(error);
-        }
+        let load = wire::load_all();
+        wire::check_loaded(conn.send_packed_commands(&load, 0, load.len()).await?)?;
         Ok(Live {
             generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             conn,
@@ -421,7 +386,7 @@ fn retired() -> redis::RedisError {
 ///   kernel would keep retransmitting the old connection's last commands,
 ///   which could then reach the node after requests sent later on the new
 ///   one: the order [`Node`](super::Node) promises.
-pub(super) fn with_socket_options(client: Client) -> Client {
+pub(crate) fn with_socket_options(client: Client) -> Client {
     let info = client.get_connection_info();
     let mut tcp = info.tcp_settings().clone();
     if tcp.keepalive().is_none() {

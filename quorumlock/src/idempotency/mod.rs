@@ -7,7 +7,7 @@
 //! concurrent fan-out to every node through [`quorum::fan_out`], bounded by
 //! the client's per-node timeout:
 //!
-//! 1. **Claim.** The [`CLAIM`](scripts::CLAIM) script sets the key to our
+//! 1. **Claim.** The [`CLAIM`](crate::wire::idempotency::CLAIM) script sets the key to our
 //!    in-progress marker (`pending:` and a fresh 128-bit token) with the
 //!    caller's ttl when the key is free, and otherwise returns what the key
 //!    holds. Unlike a lock attempt, the claim waits for every node (up to the
@@ -18,7 +18,7 @@
 //!    our marker is on a majority of all nodes and the claim left validity
 //!    (`ttl - elapsed - drift`, as for a lock).
 //! 2. **Run** the operation, once, in this task.
-//! 3. **Store.** The [`STORE`](scripts::STORE) script replaces our marker by
+//! 3. **Store.** The [`STORE`](crate::wire::idempotency::STORE) script replaces our marker by
 //!    the record `done:<result>` with the result ttl, only on nodes that still
 //!    hold our marker, again waiting for every node up to the per-node
 //!    timeout (so the result is on every node that can take it, and a
@@ -80,35 +80,20 @@
 //! - **A failed operation's marker cannot be deleted** on some node: it
 //!   expires after `ttl`; until then that node counts as "in progress".
 
+mod rounds;
+
 use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::builder::MAX_TTL;
+use self::rounds::Claim;
+use crate::client::Redlock;
+use crate::config::{DEFAULT_RESULT_TTL, MAX_TTL};
 use crate::error::{Error, Result};
-use crate::keys;
-use crate::lock::Redlock;
-use crate::quorum::{self, Tally, Until};
-use crate::random;
-use crate::scripts;
-
-/// Default time a stored result (or cached failure) is kept: 24 hours.
-///
-/// Clients retry a request for minutes to hours (mobile apps resending after
-/// a reconnect, queues redelivering the next day's batch); a day covers that
-/// while bounding the memory stored results take in Redis.
-pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
-
-/// Prefix of an in-progress marker; the owner's random token follows.
-const PENDING: &[u8] = b"pending:";
-/// Prefix of a stored result; the result's bytes follow.
-const DONE: &[u8] = b"done:";
-/// Prefix of a cached failure; the error message follows.
-const FAILED: &[u8] = b"failed:";
+use crate::wire::idempotency as wire_idempotency;
+use crate::wire::keys;
 
 /// Runs an operation at most once per key across processes, and gives its
 /// stored result to every later caller (idempotency keys).
@@ -320,7 +305,7 @@ impl Idempotency {
             Err(e) => {
                 let error: Arc<dyn StdError + Send + Sync> = Arc::from(e.into());
                 if self.cache_failures {
-                    let record = [FAILED, error.to_string().as_bytes()].concat();
+                    let record = wire_idempotency::failed(&error.to_string());
                     let tally = self.store(&owner, record).await;
                     if !tally.reached() {
                         tracing::warn!(key, ?tally, "failure of the operation not cached on a majority");
@@ -364,7 +349,7 @@ impl Idempotency {
         if key.is_empty() {
             return Err(Error::Config("empty idempotency key".into()));
         }
-        if self.redlock.config.tasks.is_closed() {
+        if self.redlock.shared.is_closed() {
             return Err(Error::Closed);
         }
         if self.result_ttl < Duration::from_millis(1) || self.result_ttl > MAX_TTL {
@@ -379,233 +364,9 @@ impl Idempotency {
                 keys::RESERVED_PREFIX
             )));
         }
-        self.redlock.check_ttl(ttl)
+        self.redlock
+            .shared
+            .quorum
+            .check_ttl(ttl, self.redlock.options.min_validity)
     }
-
-    /// Claims the key, polling while another caller holds it, until the
-    /// wait runs out.
-    async fn claim_or_wait(&self, keys: &Arc<[String]>, ttl: Duration, drift: Duration) -> Result<Claim> {
-        let deadline = quorum::deadline_after(self.wait);
-        let cap = self.redlock.options.retry_delay.max(Duration::from_millis(1));
-        let mut delay = cap / 8;
-        loop {
-            let error = match self.claim(keys, ttl, drift).await {
-                Err(
-                    e @ (Error::InProgress { .. } | Error::Unreachable { .. } | Error::ValidityUsedUp { .. }),
-                ) => e,
-                other => return other,
-            };
-            let pause = random::jitter(delay);
-            if quorum::deadline_after(pause) > deadline {
-                return Err(error);
-            }
-            tracing::debug!(key = keys[0], ?pause, %error, "idempotency key busy, polling");
-            tokio::time::sleep(pause).await;
-            delay = delay.saturating_mul(2).min(cap);
-        }
-    }
-
-    /// One claim round on every node (see the module docs, step 1).
-    async fn claim(&self, keys: &Arc<[String]>, ttl: Duration, drift: Duration) -> Result<Claim> {
-        let config = &self.redlock.config;
-        let nodes = &config.nodes;
-        let marker: Arc<str> = format!("pending:{}", random::token()).into();
-        let found: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::new(Mutex::new(vec![None; nodes.len()]));
-        let start = Instant::now();
-        let deadline = start + config.node_timeout;
-        let tally = quorum::fan_out(nodes, &config.tasks, deadline, deadline, Until::All, |i| {
-            let (nodes, keys, marker, found) = (
-                Arc::clone(nodes),
-                Arc::clone(keys),
-                Arc::clone(&marker),
-                Arc::clone(&found),
-            );
-            async move {
-                let mut cmd = scripts::CLAIM.eval(&keys);
-                cmd.arg(&*marker).arg(millis(ttl));
-                match nodes[i].send::<Option<Vec<u8>>>(cmd).await? {
-                    None => Ok(true),
-                    Some(current) => {
-                        found.lock().unwrap_or_else(PoisonError::into_inner)[i] = Some(current);
-                        Ok(false)
-                    }
-                }
-            }
-        })
-        .await;
-        let elapsed = start.elapsed();
-        // Not ours after all? Then take back the markers we set. When every
-        // node answered without setting one, there is nothing to take back.
-        let set_any = tally.ok > 0 || !tally.errors.is_empty();
-        let found = std::mem::take(&mut *found.lock().unwrap_or_else(PoisonError::into_inner));
-
-        let (mut done, mut failed, mut foreign) = (None, None, false);
-        for value in found.into_iter().flatten() {
-            if let Some(output) = value.strip_prefix(DONE) {
-                done.get_or_insert_with(|| output.to_vec());
-            } else if let Some(message) = value.strip_prefix(FAILED) {
-                failed.get_or_insert_with(|| String::from_utf8_lossy(message).into_owned());
-            } else if !value.starts_with(PENDING) {
-                foreign = true;
-            }
-        }
-        let outcome = if let Some(output) = done {
-            Ok(Claim::Done(output))
-        } else if let Some(message) = failed {
-            Ok(Claim::Failed(message))
-        } else if foreign {
-            Err(Error::Config(format!(
-                "key {:?} holds a value that idempotency keys did not write (is it also a lock \
-                 resource or other data? give idempotency keys their own prefix)",
-                keys[0]
-            )))
-        } else if tally.reached() {
-            match quorum::validity(ttl, elapsed, drift) {
-                Some(left) if left >= self.redlock.options.min_validity => {
-                    tracing::debug!(
-                        key = keys[0],
-                        claimed = tally.ok,
-                        ?elapsed,
-                        "idempotency key claimed"
-                    );
-                    return Ok(Claim::Owned(Owner {
-                        keys: Arc::clone(keys),
-                        marker,
-                        ttl,
-                        valid_until: start + ttl - drift,
-                    }));
-                }
-                _ => Err(Error::ValidityUsedUp {
-                    elapsed,
-                    ttl,
-                    min: self.redlock.options.min_validity,
-                }),
-            }
-        } else if tally.refused_by_majority() {
-            Err(Error::InProgress {
-                pending: tally.refused,
-                nodes: tally.nodes,
-            })
-        } else {
-            Err(tally.unreachable())
-        };
-        if set_any {
-            self.release(keys, &marker, ttl).await;
-        }
-        outcome
-    }
-
-    /// Stores a successful result (step 3) and reports how far it got.
-    async fn store_result(&self, owner: &Owner, output: Vec<u8>) -> Result<Vec<u8>> {
-        let key = &owner.keys[0];
-        if Instant::now() >= owner.valid_until {
-            tracing::warn!(
-                key,
-                "the operation outlived its marker's validity: another caller may have run it"
-            );
-        }
-        let tally = self.store(owner, [DONE, &output].concat()).await;
-        if tally.reached() {
-            tracing::debug!(key, stored = tally.ok, "idempotency result stored");
-            return Ok(output);
-        }
-        tracing::warn!(key, ?tally, "idempotency result not stored on a majority");
-        Err(Error::ResultNotStored {
-            stored: tally.ok,
-            refused: tally.refused,
-            quorum: tally.quorum(),
-            nodes: tally.nodes,
-            errors: tally.errors,
-            output: output.into(),
-        })
-    }
-
-    /// Replaces our marker by `record` on every node that still holds it.
-    ///
-    /// Waits for every node up to the per-node timeout, like the claim: the
-    /// count in [`Error::ResultNotStored`] is then exact, and the result is
-    /// on every node that could take it before the caller moves on. Nodes
-    /// that have not answered by then keep getting the record in the
-    /// background for up to the marker's ttl (after which the owner check
-    /// refuses it anyway).
-    async fn store(&self, owner: &Owner, record: Vec<u8>) -> Tally {
-        let config = &self.redlock.config;
-        let record: Arc<[u8]> = record.into();
-        let result_ttl = millis(self.result_ttl);
-        let now = Instant::now();
-        let (deadline, finish_by) = (
-            now + config.node_timeout,
-            now + owner.ttl.max(config.node_timeout),
-        );
-        quorum::fan_out(
-            &config.nodes,
-            &config.tasks,
-            deadline,
-            finish_by,
-            Until::All,
-            |i| {
-                let (nodes, keys, marker, record) = (
-                    Arc::clone(&config.nodes),
-                    Arc::clone(&owner.keys),
-                    Arc::clone(&owner.marker),
-                    Arc::clone(&record),
-                );
-                async move {
-                    let mut cmd = scripts::STORE.eval(&keys);
-                    cmd.arg(&*marker).arg(&*record).arg(result_ttl);
-                    Ok(nodes[i].send::<i64>(cmd).await? == 1)
-                }
-            },
-        )
-        .await
-    }
-
-    /// Deletes our marker on every node, owner-checked, waiting for answers
-    /// up to the per-node timeout. Nodes that have not answered by then keep
-    /// the delete going in the background for up to `ttl` (after which the
-    /// marker has expired anyway), so it still runs behind a late claim.
-    async fn release(&self, keys: &Arc<[String]>, marker: &Arc<str>, ttl: Duration) -> Tally {
-        let config = &self.redlock.config;
-        let now = Instant::now();
-        let (deadline, finish_by) = (now + config.node_timeout, now + ttl.max(config.node_timeout));
-        quorum::fan_out(
-            &config.nodes,
-            &config.tasks,
-            deadline,
-            finish_by,
-            Until::All,
-            |i| {
-                let (nodes, keys, marker) = (Arc::clone(&config.nodes), Arc::clone(keys), Arc::clone(marker));
-                async move { Ok(nodes[i].release(&keys, &marker).await? > 0) }
-            },
-        )
-        .await
-    }
-}
-
-/// What a claim round found.
-enum Claim {
-    /// Our marker is on a majority with validity left: run the operation.
-    Owned(Owner),
-    /// The operation already ran and succeeded: its result.
-    Done(Vec<u8>),
-    /// The operation already ran and failed, and the failure was cached.
-    Failed(String),
-}
-
-/// The key while our marker holds it.
-struct Owner {
-    /// The key, as the one-element list the node layer takes.
-    keys: Arc<[String]>,
-    /// Our marker value, `pending:<token>`.
-    marker: Arc<str>,
-    /// The marker's ttl.
-    ttl: Duration,
-    /// Until when the marker is ours for sure (`start + ttl - drift`).
-    valid_until: Instant,
-}
-
-/// A duration in whole milliseconds, the unit of `PX`.
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

@@ -1,118 +1,21 @@
-//! Concurrent fan-out to all nodes, majority counting, early exit and the
-//! validity arithmetic. Acquire, extend, release and the watchdog's renewals
-//! all go through [`gather`], so deadlines and the quorum rules live in one
-//! place.
+//! The fan-out itself: every node's request started at once, in node order,
+//! replies counted as they arrive, and the requests still pending when the
+//! caller stops waiting driven to the end in the background.
 
 use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::RedisResult;
 use tokio::time::Instant;
 
-use crate::error::{Error, NodeError, NodeErrorKind};
-use crate::node::Node;
-use crate::replica::Acked;
+use super::tally::{Tally, Until};
+use crate::error::NodeErrorKind;
+use crate::node::{Acked, Node};
 use crate::tasks::{Tasks, Work};
-
-/// Majority of all configured nodes: `n / 2 + 1`.
-///
-/// Counted over every configured node, not over the ones that answered:
-/// two majorities of the same `n` always share a node, which is what keeps
-/// two owners from both holding a lock.
-pub(crate) fn quorum(nodes: usize) -> usize {
-    nodes / 2 + 1
-}
-
-/// When [`fan_out`] may stop waiting.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Until {
-    /// As soon as the outcome is certain: a majority succeeded, or so many
-    /// refused or failed that a majority can no longer be reached. The
-    /// requests still in flight are not cancelled on the server.
-    Decided,
-    /// A majority answered, whatever the answer, or so many failed that a
-    /// majority can no longer answer. For release, where "deleted" and
-    /// "already gone" both confirm that the node holds nothing of ours: the
-    /// lock is free for others once a majority confirmed, and waiting for the
-    /// slowest (or a dead) node would only add its latency (up to the node
-    /// timeout) to every release. The remaining requests still run, in the
-    /// background (see [`gather`]).
-    Answered,
-    /// Every node answered or timed out.
-    All,
-}
-
-/// The per-node outcomes of one fan-out.
-#[derive(Debug, Default)]
-pub(crate) struct Tally {
-    /// Nodes that confirmed the operation.
-    pub(crate) ok: usize,
-    /// Nodes that answered "no" (the key is someone else's, or gone).
-    pub(crate) refused: usize,
-    /// Which nodes those were (by index).
-    pub(crate) refused_by: Vec<usize>,
-    /// Nodes that failed or timed out.
-    pub(crate) errors: Vec<NodeError>,
-    /// Nodes configured.
-    pub(crate) nodes: usize,
-}
-
-impl Tally {
-    pub(crate) fn quorum(&self) -> usize {
-        quorum(self.nodes)
-    }
-
-    pub(crate) fn reached(&self) -> bool {
-        self.ok >= self.quorum()
-    }
-
-    /// Refusals alone rule out a majority: the resource belongs to someone
-    /// else (acquire) or is no longer ours (extend), whatever the failing
-    /// nodes would have said.
-    pub(crate) fn refused_by_majority(&self) -> bool {
-        self.refused > self.nodes - self.quorum()
-    }
-
-    /// Failures alone rule out a majority: an outage, whatever the other
-    /// nodes said. A failed acquisition that is not one is busy (see
-    /// [`Error::Held`]).
-    pub(crate) fn failures_rule_out_majority(&self) -> bool {
-        self.errors.len() > self.nodes - self.quorum()
-    }
-
-    fn decided(&self) -> bool {
-        self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
-    }
-
-    fn answered(&self) -> bool {
-        self.ok + self.refused >= self.quorum() || self.errors.len() > self.nodes - self.quorum()
-    }
-
-    pub(crate) fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
-        tracing::debug!(node = node.name(), error = ?kind, "node failed");
-        self.errors.push(NodeError {
-            node: node.name().to_owned(),
-            kind,
-        });
-    }
-
-    /// The error for a fan-out that did not reach a majority because nodes
-    /// failed.
-    pub(crate) fn unreachable(self) -> Error {
-        Error::Unreachable {
-            succeeded: self.ok,
-            refused: self.refused,
-            quorum: self.quorum(),
-            nodes: self.nodes,
-            errors: self.errors,
-        }
-    }
-}
 
 /// Sends `op(i)` to every node `i` at once and feeds each node's outcome to
 /// `on_reply` as it arrives, until `on_reply` says stop or every node has
@@ -289,24 +192,14 @@ where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<A>> + Send + 'static,
 {
-    let mut tally = Tally {
-        nodes: nodes.len(),
-        ..Tally::default()
-    };
+    let mut tally = Tally::new(nodes.len());
     gather(nodes, tasks, deadline, finish_by, op, |i, outcome| {
         match outcome.and_then(Answer::answer) {
             Ok(true) => tally.ok += 1,
-            Ok(false) => {
-                tally.refused += 1;
-                tally.refused_by.push(i);
-            }
+            Ok(false) => tally.refuse(i),
             Err(kind) => tally.fail(&nodes[i], kind),
         }
-        let done = match until {
-            Until::Decided => tally.decided(),
-            Until::Answered => tally.answered(),
-            Until::All => false,
-        };
+        let done = tally.done(until);
         if done {
             ControlFlow::Break(())
         } else {
@@ -315,67 +208,4 @@ where
     })
     .await;
     tally
-}
-
-/// The instant `after` from now, or one so far ahead that it never comes
-/// (for a wait or a timeout of `Duration::MAX`, "no limit"): an `Instant`
-/// cannot hold every `Duration`, and adding one that does not fit panics.
-pub(crate) fn deadline_after(after: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(after).unwrap_or(now + FAR_FUTURE)
-}
-
-/// What "never" is for [`deadline_after`]: a century, far beyond any
-/// process's life, and small enough for every clock's `Instant`.
-const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
-
-/// The clock drift allowance for a ttl: `ttl * factor + fixed`.
-///
-/// Nodes expire keys by their own clocks, which may run faster than ours;
-/// the reference Redlock implementation allows 1 % of the ttl plus 2 ms for
-/// the granularity of Redis expiry. See [`crate::DEFAULT_DRIFT_FACTOR`].
-pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
-    ttl.mul_f64(factor).saturating_add(fixed)
-}
-
-/// `ttl - elapsed - drift`, or `None` when nothing is left.
-///
-/// `elapsed` is measured on the monotonic clock from before the first request
-/// was sent, so it covers the slowest node we counted and all scheduling.
-pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift)
-        .filter(|v| !v.is_zero())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn quorum_is_a_strict_majority_of_all_nodes() {
-        assert_eq!((1..=7).map(quorum).collect::<Vec<_>>(), vec![1, 2, 2, 3, 3, 4, 4]);
-        for n in 1..=50 {
-            // Two quorums always intersect.
-            assert!(2 * quorum(n) > n);
-        }
-    }
-
-    #[test]
-    fn drift_is_one_percent_plus_two_ms_by_default() {
-        let d = drift(
-            Duration::from_secs(30),
-            crate::DEFAULT_DRIFT_FACTOR,
-            crate::DEFAULT_DRIFT_FIXED,
-        );
-        assert_eq!(d, Duration::from_millis(302));
-    }
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift_and_never_goes_negative() {
-        let ms = Duration::from_millis;
-        assert_eq!(validity(ms(1000), ms(100), ms(12)), Some(ms(888)));
-        assert_eq!(validity(ms(1000), ms(988), ms(12)), None);
-        assert_eq!(validity(ms(1000), ms(2000), ms(12)), None);
-    }
 }

@@ -1,18 +1,18 @@
 //! [`Guard`]: a held lock. Validity, loss signal, extend, release.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::builder::Config;
+use super::release::{release_held, release_in_background};
+use super::shared::Shared;
+use super::state::Held;
+use super::watchdog;
 use crate::error::{Error, Result};
-use crate::lock::{Redlock, Resources};
-use crate::quorum::{self, Tally, Until};
-use crate::tasks::Work;
-use crate::watchdog::{self, Held};
+use crate::quorum::Until;
+use crate::wire::lock::Extend;
 
 /// A held lock.
 ///
@@ -27,7 +27,8 @@ use crate::watchdog::{self, Held};
 /// when a Tokio runtime is running (it never blocks); otherwise the keys
 /// expire after their ttl. A background release runs only while the runtime
 /// does: a program that ends soon after should call
-/// [`Redlock::shutdown`], which waits for it (see its docs).
+/// [`Redlock::shutdown`](crate::Redlock::shutdown), which waits for it (see
+/// its docs).
 ///
 /// # Examples
 ///
@@ -49,8 +50,10 @@ use crate::watchdog::{self, Held};
 /// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct Guard {
-    redlock: Redlock,
+    shared: Arc<Shared>,
     held: Arc<Held>,
+    /// The least validity an extend must leave ([`crate::LockOptions::min_validity`]).
+    min_validity: Duration,
     /// Registration with the client's holders (see [`Holders`]).
     holder: u64,
     /// Registration with the watchdog, when auto-renewed.
@@ -86,13 +89,14 @@ pub struct ReleaseReport {
 
 impl Guard {
     /// Wraps a fresh lock; registers it with the watchdog when `renew`.
-    pub(crate) fn new(redlock: Redlock, held: Held, renew: bool) -> Guard {
+    pub(crate) fn new(shared: &Arc<Shared>, held: Held, renew: bool, min_validity: Duration) -> Guard {
         let held = Arc::new(held);
-        let holder = redlock.config.holders.insert(&held);
-        let renewal = renew.then(|| watchdog::register(&redlock.config, &held));
+        let holder = shared.holders.insert(&held);
+        let renewal = renew.then(|| watchdog::register(&shared.watchdog, &held));
         Guard {
-            redlock,
+            shared: Arc::clone(shared),
             held,
+            min_validity,
             holder,
             renewal,
             released: false,
@@ -168,9 +172,9 @@ impl Guard {
     /// - [`Error::Config`] for a ttl the client rejects (see
     ///   [`Redlock::try_lock`]).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let (ttl, drift) = self.redlock.check_ttl(ttl)?;
-        let config = &self.redlock.config;
-        if config.tasks.is_closed() {
+        let quorum = &self.shared.quorum;
+        let (ttl, drift) = quorum.check_ttl(ttl, self.min_validity)?;
+        if self.shared.is_closed() {
             return Err(Error::Closed);
         }
         let start = Instant::now();
@@ -179,19 +183,15 @@ impl Guard {
             return Err(self.lost_error(0));
         }
         // Confirmations count only if they arrive while the lock is still ours.
-        let deadline = (start + config.node_timeout).min(valid_until);
-        let tally = quorum::fan_out(
-            &config.nodes,
-            &config.tasks,
-            deadline,
-            deadline,
-            Until::Decided,
-            |i| {
-                let (nodes, held) = (Arc::clone(&config.nodes), Arc::clone(&self.held));
-                async move { nodes[i].extend(held.resources.names(), &held.token, ttl).await }
-            },
-        )
-        .await;
+        let deadline = (start + quorum.node_timeout).min(valid_until);
+        let extend = Arc::new(Extend {
+            keys: Arc::clone(self.held.resources.keys()),
+            token: Arc::clone(&self.held.token),
+            ttl_ms: crate::wire::millis(ttl),
+        });
+        let tally = quorum
+            .ask(&extend, deadline, deadline, Until::Decided, |extended| *extended)
+            .await;
         let elapsed = start.elapsed();
         if !tally.reached() {
             tracing::debug!(resources = ?self.resources(), ?tally, "extend failed");
@@ -201,8 +201,8 @@ impl Guard {
                 tally.unreachable()
             });
         }
-        let min = self.redlock.options.min_validity;
-        match quorum::validity(ttl, elapsed, drift) {
+        let min = self.min_validity;
+        match crate::quorum::validity(ttl, elapsed, drift) {
             Some(left) if left >= min => {
                 if !self.held.confirm(start, ttl, drift, tally.ok) {
                     return Err(self.lost_error(tally.ok));
@@ -239,16 +239,15 @@ impl Guard {
     /// guard's drop (sent in the background, see the type docs).
     pub async fn release(mut self) -> Result<ReleaseReport> {
         self.stop_renewal();
-        let config = &self.redlock.config;
-        if config.tasks.is_closed() && !self.held.claim_release() {
+        if self.shared.is_closed() && !self.held.claim_release() {
             // The shutdown released the lock.
             self.released = true;
             return Err(Error::Closed);
         }
-        let deadline = Instant::now() + config.node_timeout;
-        let tally = release_held(config, &self.held, deadline, Until::Answered).await;
+        let quorum = &self.shared.quorum;
+        let tally = release_held(quorum, &self.held, quorum.deadline(), Until::Answered).await;
         self.released = true;
-        self.redlock.config.holders.remove(self.holder);
+        self.shared.holders.remove(self.holder);
         tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
         let report = ReleaseReport {
             nodes: tally.nodes,
@@ -265,14 +264,13 @@ impl Guard {
     /// The [`Error::Lost`] for this lock, with `confirmed` nodes
     /// ([`Error::Closed`] once the client shut down, which takes every lock).
     pub(crate) fn lost_error(&self, confirmed: usize) -> Error {
-        if self.redlock.config.tasks.is_closed() {
+        if self.shared.is_closed() {
             return Error::Closed;
         }
-        let nodes = self.redlock.nodes();
         Error::Lost {
             confirmed,
-            quorum: quorum::quorum(nodes),
-            nodes,
+            quorum: self.shared.quorum.majority(),
+            nodes: self.shared.quorum.len(),
         }
     }
 
@@ -283,7 +281,7 @@ impl Guard {
 
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
-            self.redlock.config.watchdog.unregister(id);
+            self.shared.watchdog.unregister(id);
         }
     }
 }
@@ -291,111 +289,11 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         self.stop_renewal();
-        let config = &self.redlock.config;
-        config.holders.remove(self.holder);
+        self.shared.holders.remove(self.holder);
         if self.released || !self.held.claim_release() {
             return;
         }
-        // Never block in Drop: hand the release to the runtime if there is
-        // one, as tracked work that a shutdown waits for.
-        let (task_config, held) = (Arc::clone(config), Arc::clone(&self.held));
-        config.tasks.spawn_if_running(Work::Release, async move {
-            let deadline = Instant::now() + task_config.node_timeout;
-            release_held(&task_config, &held, deadline, Until::All).await;
-        });
+        // Never block in Drop.
+        release_in_background(&self.shared.quorum, &self.held);
     }
-}
-
-/// Every lock held by a guard of one client, so that a shutdown can
-/// release the locks whose guards are still alive.
-#[derive(Debug, Default)]
-pub(crate) struct Holders(Mutex<HolderMap>);
-
-#[derive(Debug, Default)]
-struct HolderMap {
-    locks: HashMap<u64, Arc<Held>>,
-    next_id: u64,
-}
-
-impl Holders {
-    fn map(&self) -> MutexGuard<'_, HolderMap> {
-        // Plain data, valid after a panic in another thread.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn insert(&self, held: &Arc<Held>) -> u64 {
-        let mut map = self.map();
-        let id = map.next_id;
-        map.next_id += 1;
-        map.locks.insert(id, Arc::clone(held));
-        id
-    }
-
-    fn remove(&self, id: u64) {
-        self.map().locks.remove(&id);
-    }
-
-    /// Every lock still held, taken out of the registry.
-    pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
-        self.map().locks.drain().map(|(_, held)| held).collect()
-    }
-}
-
-/// Releases the held lock `held` on every node (see [`release_all`]), once
-/// no renewal of it can follow the release on any node (see
-/// [`Held::renewals_handed_over`]).
-pub(crate) async fn release_held(config: &Config, held: &Held, deadline: Instant, until: Until) -> Tally {
-    // A round awaits its replies for at most the node timeout; twice that
-    // covers a busy scheduler. A round that never ends was on a runtime
-    // that shut down: its task is gone, and no renewal can follow anyway.
-    let limit = config.node_timeout.saturating_mul(2);
-    let handed_over = held.renewals_handed_over();
-    // Polled once without a timer: no round is in progress nearly always.
-    tokio::pin!(handed_over);
-    if futures::poll!(handed_over.as_mut()).is_pending() {
-        let _ = tokio::time::timeout(limit, handed_over).await;
-    }
-    release_all(
-        config,
-        &held.resources,
-        &held.token,
-        held.ttl(),
-        deadline,
-        until,
-        &[],
-    )
-    .await
-}
-
-/// Owner-checked delete of `resources` on every node, waiting for answers
-/// until `deadline` or the point `until` names. `ok` counts nodes where our
-/// token was deleted, `refused` nodes where it was already gone.
-///
-/// A node that has not answered when this returns keeps its release going
-/// in the background for up to `ttl` (after which the key has expired
-/// anyway), so that it still runs behind a late SET of ours queued on that
-/// node.
-/// Nodes listed in `skip` (they refused our SET: it set nothing there) are
-/// counted as refused without a request.
-pub(crate) async fn release_all(
-    config: &Config,
-    resources: &Resources,
-    token: &Arc<str>,
-    ttl: Duration,
-    deadline: Instant,
-    until: Until,
-    skip: &[usize],
-) -> Tally {
-    let finish_by = deadline.max(Instant::now() + ttl);
-    quorum::fan_out(&config.nodes, &config.tasks, deadline, finish_by, until, |i| {
-        let (nodes, resources, token) = (Arc::clone(&config.nodes), resources.clone(), Arc::clone(token));
-        let skipped = skip.contains(&i);
-        async move {
-            if skipped {
-                return Ok(false);
-            }
-            Ok(nodes[i].release(resources.names(), &token).await? > 0)
-        }
-    })
-    .await
 }

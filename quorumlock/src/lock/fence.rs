@@ -28,44 +28,21 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
 
 use redis::ToRedisArgs;
 use redis::aio::ConnectionLike;
 use tokio::time::Instant;
 
-use crate::builder::Config;
+use crate::config::{FENCE_RETENTION, FENCE_ROUNDS};
 use crate::error::{Error, NodeError, NodeErrorKind, Result};
-use crate::keys;
-use crate::quorum::{self, Until};
-
-/// Proposal rounds of a fenced acquisition before it gives up.
-///
-/// A round is rejected by a majority only when another proposal for the same
-/// resource raced ours (the lock excludes that unless it was violated) or
-/// phase 1 saw a stale minority; each retry proposes above every fence it was
-/// told about, so one retry normally suffices. Four bound the extra round
-/// trips when something is badly wrong.
-pub const FENCE_ROUNDS: u32 = 4;
-
-/// How long a lock node keeps a resource's fence after the last token it
-/// accepted (the fence key's expiry, set again with every token).
-///
-/// A fence key forever would leave one key per fenced resource ever locked,
-/// and a node under `noeviction` runs out of memory. Forgetting it is safe
-/// for the same reason a restart without persistence is (the module docs):
-/// a node that lost the fence offers its clock, `TIME` in µs, instead, and a
-/// day after the last token that clock is a day of µs above it. Tokens only
-/// run ahead of the clocks by the number of tokens issued faster than one
-/// per µs, so the new value is larger as long as the nodes' clocks neither
-/// differ nor step back by anything near a day. The argument in full is in
-/// docs/design.md.
-pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+use crate::quorum::{Quorum, Until};
+use crate::wire::fence::{self as wire_fence, FencedReply, Propose};
+use crate::wire::keys;
 
 /// Phase 2: agrees on a token above `floor` for `resources` on a majority,
 /// each round bounded by the per-node timeout and by `valid_until`.
 pub(crate) async fn propose(
-    config: &Config,
+    quorum: &Quorum,
     resources: &[String],
     floor: u64,
     valid_until: Instant,
@@ -74,28 +51,29 @@ pub(crate) async fn propose(
     let mut proposal = floor + 1;
     let mut rounds = 1;
     loop {
-        let deadline = (Instant::now() + config.node_timeout).min(valid_until);
+        let deadline = quorum.deadline().min(valid_until);
         let highest = Arc::new(AtomicU64::new(0));
-        let round = quorum::fan_out(
-            &config.nodes,
-            &config.tasks,
-            deadline,
-            deadline,
-            Until::Decided,
-            |i| {
-                let (nodes, keys, highest) = (
-                    Arc::clone(&config.nodes),
-                    Arc::clone(&fence_keys),
+        let request = Arc::new(Propose {
+            fence_keys: Arc::clone(&fence_keys),
+            token: proposal,
+            retention: FENCE_RETENTION,
+        });
+        let round = quorum
+            .fan_out(deadline, deadline, Until::Decided, |i| {
+                let (nodes, request, highest) = (
+                    Arc::clone(&quorum.nodes),
+                    Arc::clone(&request),
                     Arc::clone(&highest),
                 );
                 async move {
-                    let (accepted, value) = nodes[i].propose_fence(&keys, proposal).await?;
-                    highest.fetch_max(value, Ordering::Relaxed);
-                    Ok(accepted)
+                    let reply = nodes[i].send(&*request).await?;
+                    Ok(reply.map(|proposed| {
+                        highest.fetch_max(proposed.highest, Ordering::Relaxed);
+                        proposed.accepted
+                    }))
                 }
-            },
-        )
-        .await;
+            })
+            .await;
         if round.reached() {
             return Ok(proposal);
         }
@@ -190,8 +168,7 @@ impl FencedWrite {
         C: ConnectionLike + Send,
         V: ToRedisArgs + Send + Sync,
     {
-        let mut cmd = self.command(key);
-        cmd.arg("set").arg(value);
+        let cmd = wire_fence::fenced_set(&self.seen_key, key, self.token, value);
         Ok(match self.run(store, cmd).await? {
             Fenced::Applied(_) => Fenced::Applied(None),
             other => other,
@@ -209,56 +186,36 @@ impl FencedWrite {
     where
         C: ConnectionLike + Send,
     {
-        let mut cmd = self.command(key);
-        cmd.arg("incrby").arg(delta).arg(min);
+        let cmd = wire_fence::fenced_incr_by(&self.seen_key, key, self.token, delta, min);
         self.run(store, cmd).await
     }
 
-    fn command(&self, key: &str) -> redis::Cmd {
-        let mut cmd = redis::cmd("EVAL");
-        cmd.arg(crate::scripts::FENCED_WRITE)
-            .arg(2)
-            .arg(&self.seen_key)
-            .arg(key)
-            .arg(self.token);
-        cmd
-    }
-
     async fn run<C: ConnectionLike + Send>(&self, store: &mut C, cmd: redis::Cmd) -> Result<Fenced> {
-        let (status, value): (i64, String) = match cmd.query_async(store).await {
-            Ok(reply) => reply,
-            Err(e) if e.code() == Some("BADKEY") => {
-                return Err(Error::Config(format!(
-                    "fenced write: {}",
-                    e.detail().unwrap_or_default()
-                )));
+        let reply = wire_fence::fenced_reply(store.req_packed_command(&cmd).await).map_err(|e| {
+            Error::Unreachable {
+                succeeded: 0,
+                refused: 0,
+                quorum: 1,
+                nodes: 1,
+                errors: vec![NodeError {
+                    node: "fenced-write store".into(),
+                    kind: NodeErrorKind::Redis(e),
+                }],
             }
-            Err(e) => {
-                return Err(Error::Unreachable {
-                    succeeded: 0,
-                    refused: 0,
-                    quorum: 1,
-                    nodes: 1,
-                    errors: vec![NodeError {
-                        node: "fenced-write store".into(),
-                        kind: NodeErrorKind::Redis(e),
-                    }],
-                });
-            }
+        })?;
+        let number = |what: &str, text: &str| -> Result<i64> {
+            text.parse()
+                .map_err(|_| Error::Config(format!("fenced write: unexpected {what} {text:?}")))
         };
-        let number = |what: &str| -> Result<i64> {
-            value
-                .parse()
-                .map_err(|_| Error::Config(format!("fenced write: unexpected {what} {value:?}")))
-        };
-        Ok(match status {
-            1 => Fenced::Applied(value.parse().ok()),
-            -1 => Fenced::Stale {
-                seen: number("seen token")?.try_into().unwrap_or(0),
+        Ok(match reply {
+            FencedReply::Applied(value) => Fenced::Applied(value.parse().ok()),
+            FencedReply::Stale(seen) => Fenced::Stale {
+                seen: number("seen token", &seen)?.try_into().unwrap_or(0),
             },
-            _ => Fenced::BelowMin {
-                current: number("value")?,
+            FencedReply::BelowMin(current) => Fenced::BelowMin {
+                current: number("value", &current)?,
             },
+            FencedReply::BadKey(detail) => return Err(Error::Config(format!("fenced write: {detail}"))),
         })
     }
 }
@@ -290,7 +247,7 @@ mod tests {
                 let mut won = Vec::new();
                 for _ in 0..25 {
                     let valid_until = Instant::now() + Duration::from_secs(30);
-                    if let Ok(token) = propose(&redlock.config, &resources, 0, valid_until).await {
+                    if let Ok(token) = propose(&redlock.shared.quorum, &resources, 0, valid_until).await {
                         won.push(token);
                     }
                 }

@@ -10,8 +10,9 @@
 //!   batch in flight) is sent at once, as its usual single command, by the
 //!   caller itself;
 //! - requests that arrive while the node is busier queue up, and a
-//!   background task sends them as [`scripts::BATCH`] calls (at most
-//!   [`BATCH_MAX`] requests each), with up to two batches in flight so that
+//!   background task sends them as batch script calls
+//!   ([`wire::batch`](crate::wire::batch), at most
+//!   [`BATCH_MAX`](crate::wire::batch::BATCH_MAX) requests each), with up to two batches in flight so that
 //!   the node runs one while the client answers the other's callers (see
 //!   [`BATCHES_IN_FLIGHT`] and `take` for when the next batch goes).
 //!
@@ -19,10 +20,9 @@
 //! flight, in queue order, over the node's one connection, which Redis serves
 //! in order), which keeps the ordering guarantee of
 //! [`Node`](crate::node::Node): a release always runs after the acquire it
-//! undoes. Inside a batch the releases run first, together (one `MGET`, one
-//! `DEL`), where that cannot change any outcome; a batch in which a release
-//! follows another request on its key runs in order instead
-//! ([`scripts::BATCH_IN_ORDER`]). Each request gets its own result; a batch
+//! undoes. Inside a batch the releases run first where that cannot change
+//! any outcome, else in order (see `wire::batch::command`). Each request
+//! gets its own result; a batch
 //! that fails as a whole (the node died) fails every request in it for that
 //! node only, and the quorum layer above sees one reply per node per request,
 //! as without batching.
@@ -43,37 +43,12 @@ use redis::{RedisError, RedisResult};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::handoff;
-use crate::node::{self, Conn};
-use crate::scripts;
+use super::conn::Conn;
 use crate::tasks::{Tasks, Work};
+use crate::wire::batch::{self as wire_batch, BATCH_MAX, Op};
 
-/// Requests per batch script call. Redis serves nothing else while a script
-/// runs; 512 single-key operations take well under a millisecond.
-pub(crate) const BATCH_MAX: usize = 512;
-
-/// One batchable request.
-#[derive(Debug)]
-pub(crate) enum Op {
-    /// `SET key token NX PX ttl`.
-    Acquire {
-        key: String,
-        token: Arc<str>,
-        ttl_ms: u64,
-    },
-    /// Owner-checked delete of `key`, announced for waiters.
-    Release { key: String, token: Arc<str> },
-}
-
-impl Op {
-    fn key(&self) -> &str {
-        match self {
-            Op::Acquire { key, .. } | Op::Release { key, .. } => key,
-        }
-    }
-}
-
-type Reply = oneshot::Sender<RedisResult<i64>>;
+/// Where a queued request's outcome goes: granted / deleted or not.
+type Reply = oneshot::Sender<RedisResult<bool>>;
 
 /// A node's queue of requests waiting for the one in flight.
 #[derive(Debug)]
@@ -147,12 +122,12 @@ impl Batcher {
 /// task on one node ran at 0.39x the pipelined raw commands in batches of
 /// three; with eight they go directly, at 1.04x. Beyond eight the node is
 /// busy and batching pays: with 64 and 256 tasks the two limits measured the
-/// same within the noise (`cargo bench --bench throughput`, 3 rounds each).
+/// same within the noise (`cargo bench -p quorumlock --bench throughput`).
 const DIRECT_LIMIT: usize = 8;
 
 /// Sends `op` (at once when the node is not busy, else with the next batch)
-/// and returns its status: `1` granted / deleted, `0` refused / not ours.
-pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> RedisResult<i64> {
+/// and returns whether it was granted / deleted.
+pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> RedisResult<bool> {
     let queued = {
         let mut state = batcher.state();
         let flushing = state.flushing();
@@ -185,7 +160,7 @@ pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> 
             // state of sending one directly (the connection's hand-over)
             // would otherwise make every request's future several times
             // larger (see `crate::node`'s future-size test).
-            Box::pin(single(conn, &op)).await
+            Box::pin(async { op.parse(conn.send(op.command()).await?) }).await
         }
     }
 }
@@ -282,9 +257,9 @@ async fn send(
     mut batch: Vec<(Op, Reply)>,
 ) -> impl Future<Output = (Vec<(Op, Reply)>, RedisResult<redis::Value>)> + use<> {
     let cmd = if let [(op, _)] = batch.as_slice() {
-        single_command(op)
+        op.command()
     } else {
-        batch_command(&mut batch)
+        wire_batch::command(&mut batch)
     };
     let started = conn.start_command(cmd).await;
     let conn = Arc::clone(conn);
@@ -297,28 +272,16 @@ async fn send(
     }
 }
 
-/// Gives each request of `batch` its status from the batch's `reply`.
+/// Gives each request of `batch` its outcome from the batch's `reply`.
 fn answer(batch: Vec<(Op, Reply)>, reply: RedisResult<redis::Value>) {
-    let statuses = reply.and_then(|reply| {
-        if batch.len() == 1 {
-            single_status(&batch[0].0, reply).map(|status| vec![status])
-        } else {
-            let statuses = node::integers("the batch script", reply)?;
-            if statuses.len() == batch.len() {
-                Ok(statuses)
-            } else {
-                Err(failure("batch script returned the wrong number of statuses"))
-            }
-        }
+    let outcomes = reply.and_then(|reply| match batch.as_slice() {
+        [(op, _)] => Ok(vec![op.parse(reply)]),
+        _ => wire_batch::outcomes(batch.len(), reply),
     });
-    match statuses {
-        Ok(statuses) => {
-            for ((_, reply), status) in batch.into_iter().zip(statuses) {
-                let _ = reply.send(if status < 0 {
-                    Err(failure("the key holds a value of the wrong type"))
-                } else {
-                    Ok(status)
-                });
+    match outcomes {
+        Ok(outcomes) => {
+            for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {
+                let _ = reply.send(outcome);
             }
         }
         Err(error) => {
@@ -329,162 +292,6 @@ fn answer(batch: Vec<(Op, Reply)>, reply: RedisResult<redis::Value>) {
     }
 }
 
-/// One request as its usual single command.
-async fn single(conn: &Conn, op: &Op) -> RedisResult<i64> {
-    single_status(op, conn.send(single_command(op)).await?)
-}
-
-/// The usual single command of a request: `SET NX PX`, or the release script.
-fn single_command(op: &Op) -> redis::Cmd {
-    match op {
-        Op::Acquire { key, token, ttl_ms } => {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key).arg(&**token).arg("NX").arg("PX").arg(ttl_ms);
-            cmd
-        }
-        Op::Release { key, token } => {
-            let mut cmd = scripts::RELEASE.eval(std::slice::from_ref(key));
-            cmd.arg(&**token).arg(handoff::unix_ms());
-            cmd
-        }
-    }
-}
-
-/// The status of a request from the reply to its single command.
-fn single_status(op: &Op, reply: redis::Value) -> RedisResult<i64> {
-    match op {
-        Op::Acquire { .. } => Ok(i64::from(node::set_nx_granted(reply)?)),
-        Op::Release { .. } => node::integer("the release script", reply),
-    }
-}
-
-/// Several requests as one batch script call: [`scripts::BATCH`], after
-/// moving the releases to the front (the order of `batch` is then the order
-/// of the statuses), when that keeps the outcome of running them in order;
-/// else [`scripts::BATCH_IN_ORDER`].
-fn batch_command(batch: &mut [(Op, Reply)]) -> redis::Cmd {
-    if !releases_may_go_first(batch) {
-        return in_order_command(batch);
-    }
-    // Stable: acquires of one key keep their order, and the statuses are
-    // matched by position.
-    batch.sort_by_key(|(op, _)| matches!(op, Op::Acquire { .. }));
-    let releases = batch.partition_point(|(op, _)| matches!(op, Op::Release { .. }));
-    let mut cmd = scripts::BATCH.call();
-    cmd.arg(batch.len());
-    for (op, _) in batch.iter() {
-        cmd.arg(op.key());
-    }
-    cmd.arg(handoff::unix_ms()).arg(releases);
-    for (op, _) in batch.iter() {
-        match op {
-            Op::Release { token, .. } => cmd.arg(&**token),
-            Op::Acquire { token, ttl_ms, .. } => cmd.arg(&**token).arg(ttl_ms),
-        };
-    }
-    cmd
-}
-
-/// Running every release of `batch` first, then every acquire in their
-/// order, has the same outcome as running the requests in the order they
-/// were made: no release follows another request on its key.
-///
-/// Requests on distinct keys commute, and moving a release ahead of acquires
-/// of other keys changes nothing. A release may also move ahead of nothing on
-/// its own key, so an acquire of `k` followed by the release of `k` (a release
-/// queued behind its own acquire, on a node the quorum did not wait for) or
-/// two releases of `k` keep their order. A release of `k` followed by an
-/// acquire of `k` (a task that locks the same resource again while its last
-/// release is still queued on a slow node: the usual repeated key) is already
-/// in that order.
-fn releases_may_go_first(batch: &[(Op, Reply)]) -> bool {
-    let mut seen = std::collections::HashSet::with_capacity(batch.len());
-    batch.iter().all(|(op, _)| {
-        let new = seen.insert(op.key());
-        new || matches!(op, Op::Acquire { .. })
-    })
-}
-
-/// Several requests as one [`scripts::BATCH_IN_ORDER`] call.
-fn in_order_command(batch: &[(Op, Reply)]) -> redis::Cmd {
-    let mut cmd = scripts::BATCH_IN_ORDER.call();
-    cmd.arg(batch.len());
-    for (op, _) in batch {
-        cmd.arg(op.key());
-    }
-    cmd.arg(handoff::unix_ms());
-    for (op, _) in batch {
-        match op {
-            Op::Acquire { token, ttl_ms, .. } => cmd.arg("a").arg(&**token).arg(ttl_ms),
-            Op::Release { token, .. } => cmd.arg("r").arg(&**token),
-        };
-    }
-    cmd
-}
-
 fn failure(what: &'static str) -> RedisError {
     RedisError::from((redis::ErrorKind::Client, what))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn batch(ops: &[(&str, &str)]) -> Vec<(Op, Reply)> {
-        ops.iter()
-            .map(|&(kind, key)| {
-                let (token, key) = (Arc::from("t"), key.to_owned());
-                let op = match kind {
-                    "a" => Op::Acquire {
-                        key,
-                        token,
-                        ttl_ms: 1,
-                    },
-                    _ => Op::Release { key, token },
-                };
-                (op, oneshot::channel().0)
-            })
-            .collect()
-    }
-
-    #[test]
-    fn releases_go_first_only_where_that_keeps_the_outcome() {
-        // Distinct keys commute; a release may also move ahead of its key's
-        // later acquires, which it already precedes.
-        for ops in [
-            &[("a", "x"), ("r", "y"), ("a", "z")][..],
-            &[("r", "x"), ("a", "x")],
-            &[("a", "x"), ("a", "x"), ("r", "y")],
-            &[("r", "x"), ("a", "x"), ("a", "x")],
-        ] {
-            assert!(releases_may_go_first(&batch(ops)), "{ops:?}");
-        }
-        // A release must not move ahead of an earlier request on its key.
-        for ops in [
-            &[("a", "x"), ("r", "x")][..],
-            &[("r", "x"), ("r", "x")],
-            &[("a", "y"), ("r", "x"), ("a", "x"), ("r", "x")],
-        ] {
-            assert!(!releases_may_go_first(&batch(ops)), "{ops:?}");
-        }
-    }
-
-    #[test]
-    fn a_grouped_batch_lists_releases_first_and_keeps_the_rest_in_order() {
-        let mut ops = batch(&[("a", "k1"), ("r", "k2"), ("a", "k3"), ("r", "k4")]);
-        let cmd = batch_command(&mut ops);
-        let keys: Vec<&str> = ops.iter().map(|(op, _)| op.key()).collect();
-        assert_eq!(keys, ["k2", "k4", "k1", "k3"]);
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                other => panic!("not a plain argument: {other:?}"),
-            })
-            .collect();
-        // EVALSHA sha numkeys keys... now releases tokens...
-        assert_eq!(args[0], "EVALSHA");
-        assert_eq!(args[2..7], ["4", "k2", "k4", "k1", "k3"]);
-        assert_eq!(args[8..], ["2", "t", "t", "t", "1", "t", "1"]);
-    }
 }

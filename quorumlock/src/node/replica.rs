@@ -3,9 +3,10 @@
 //! is documented on [`ReplicaAck`]; this is how it works.
 //!
 //! Every write that takes or keeps a lock on a node (acquire, extend, the
-//! watchdog's renewal) is sent together with `WAIT numreplicas timeout` as
-//! one pipeline (`Node::acquire`, `extend` and `renew`), and the node's
-//! answer counts only if `WAIT` reported enough replicas:
+//! watchdog's renewal: the requests whose `writes_lock` is true) is sent
+//! together with `WAIT numreplicas timeout` as one pipeline (`Node::send`
+//! and `Node::send_all`), and the node's answer counts only if `WAIT`
+//! reported enough replicas:
 //!
 //! - acquire: a grant the replicas did not acknowledge is deleted again
 //!   (owner-checked, on the same connection, awaited) before the node reports
@@ -38,18 +39,9 @@ use std::time::Duration;
 
 use redis::{Cmd, Value};
 
+use crate::config::DEFAULT_REPLICA_ACK_TIMEOUT;
 use crate::error::{Error, NodeErrorKind, Result};
-
-/// Default time a node waits for its replicas to acknowledge a lock write.
-///
-/// A replica on the same network applies a write and answers the master's
-/// acknowledgement request within a millisecond or two; one that needs 50 ms
-/// is lagging, and a lock it has not seen would be lost if it were promoted.
-/// Half of [`crate::DEFAULT_NODE_TIMEOUT`], so that a `WAIT` that runs its full
-/// course still answers inside the per-node budget, with room left for the
-/// round trip that carries the write and the `WAIT`, and for the delete that
-/// follows an unacknowledged grant.
-pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(50);
+use crate::wire;
 
 /// Replica-acknowledged mode: a lock write counts on a node only once this
 /// many of its replicas acknowledged it (`WAIT numreplicas timeout`).
@@ -200,21 +192,15 @@ impl ReplicaAck {
     }
 
     /// `WAIT numreplicas timeout_ms`.
-    pub(crate) fn wait_cmd(&self) -> Cmd {
-        let timeout_ms = u64::try_from(self.timeout.as_millis()).unwrap_or(u64::MAX);
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.replicas).arg(timeout_ms);
-        cmd
+    pub(crate) fn wait(&self) -> Cmd {
+        wire::replica::wait(self.replicas, self.timeout)
     }
 
-    /// Judges the reply to [`ReplicaAck::wait_cmd`]: enough replicas, or the
+    /// Judges the reply to [`ReplicaAck::wait`]: enough replicas, or the
     /// node's error ([`NodeErrorKind::ReplicasMissing`], or the server's error
     /// when `WAIT` itself failed).
     pub(crate) fn check(&self, reply: Value) -> Acked<()> {
-        let acked = reply
-            .extract_error()
-            .and_then(|v| Ok(redis::from_redis_value::<i64>(v)?))
-            .map_err(NodeErrorKind::Redis)?;
+        let acked = wire::replica::acknowledged(reply).map_err(NodeErrorKind::Redis)?;
         if acked >= i64::from(self.replicas) {
             return Ok(());
         }

@@ -28,16 +28,19 @@ pub(crate) fn fence_seen(resource: &str) -> String {
 }
 
 /// The key of the queue of waiters for `resource` (a sorted set).
-///
-/// Not in the resource's hash slot yet: the release scripts derive this
-/// name from the lock key inside Lua (`scripts::announce_lua!`), so both
-/// must change together, when the scripts take the queue in `KEYS`.
 pub(crate) fn queue(resource: &str) -> String {
-    format!("{QUEUE_PREFIX}{resource}")
+    derived("quorumlock:waiters:", resource)
 }
 
-/// The prefix of every waiters' queue, as the release scripts also write it.
-const QUEUE_PREFIX: &str = "quorumlock:waiters:";
+/// The pub/sub channel of the client with `id`: the releases that name one
+/// of its waiters publish there. A channel, not a key: no hash slot.
+pub(crate) fn wake_channel(id: &str) -> String {
+    format!("{WAKE_PREFIX}{id}")
+}
+
+/// The prefix of every client's wake-up channel, as the release scripts
+/// also write it.
+pub(crate) const WAKE_PREFIX: &str = "quorumlock:wake:";
 
 /// Whether `resource` lies in the reserved namespace.
 pub(crate) fn is_reserved(resource: &str) -> bool {
@@ -80,7 +83,7 @@ mod tests {
     #[test]
     fn derived_keys_hash_like_their_resource() {
         for resource in ["stock:42", "a{user:1}b", "{x}", "a{b", "x{y}z{w}", "}{x}"] {
-            for key in [fence(resource), fence_seen(resource)] {
+            for key in [fence(resource), fence_seen(resource), queue(resource)] {
                 assert_eq!(hashed(&key), hashed(resource), "{resource} -> {key}");
                 assert!(is_reserved(&key), "{key}");
             }
@@ -99,17 +102,6 @@ mod tests {
         let resources = ["a", "b", "a{b}", "{b}a", "a}b", "ab}"];
         let keys: std::collections::HashSet<String> = resources.iter().map(|r| fence(r)).collect();
         assert_eq!(keys.len(), resources.len());
-    }
-
-    /// The release scripts build the queue key in Lua from the lock key.
-    #[test]
-    fn queue_keys_are_the_ones_the_scripts_build() {
-        assert_eq!(queue("a{b}"), "quorumlock:waiters:a{b}");
-        assert!(
-            crate::scripts::RELEASE
-                .source
-                .contains(&format!("'{QUEUE_PREFIX}' .. key"))
-        );
     }
 
     #[test]

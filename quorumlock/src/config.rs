@@ -1,0 +1,231 @@
+//! Every default and every timing rule of the library, each a named
+//! constant with the reason for its value. The public ones are the
+//! defaults a caller can override (builder, lock options); the others are
+//! rules the library keeps itself.
+//!
+//! The figures behind the choices (benchmarks, measurements) are in
+//! docs/benchmarks.md and docs/design.md, not here.
+
+use std::time::Duration;
+
+// Defaults of the client (see `RedlockBuilder`).
+/// Default lock ttl for callers that have no better figure (the CLI, examples).
+///
+/// Long enough that a renewal or two can fail without losing the lock, short
+/// enough that a crashed holder blocks others for half a minute at most.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
+
+/// Longest ttl a lock may have, and longest node, connect or drift time.
+///
+/// A lease that outlives a crashed holder by more than a year is not a
+/// lease; hold longer with renewal. The bound keeps every deadline the
+/// library computes (start + ttl on the monotonic clock, now + ttl in
+/// milliseconds on the nodes) far from overflow, so that an absurd setting
+/// is an [`Error::Config`], never a panic.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
+
+/// Default time each node has to answer one request.
+///
+/// Small next to the ttl (0.3 % of [`DEFAULT_TTL`]) so that a dead or paused
+/// node costs an acquisition little validity, as the Redlock description asks
+/// (5-50 ms for a 10 s ttl on a LAN); large enough for a cross-zone round trip
+/// on a busy host. Raise it for nodes far away.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Default time to establish a connection to a node (TCP, TLS, AUTH).
+///
+/// Larger than the per-node timeout because a handshake costs several round
+/// trips. A connection is set up by the first request that needs it; an
+/// acquire or extend gives up on it at its per-node deadline (the next
+/// request starts over), while a release, driven for up to the lock's ttl,
+/// can wait for it to complete.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Default clock drift allowance as a fraction of the ttl (1 %).
+///
+/// Nodes expire keys on their own clocks. The reference Redlock implementation
+/// assumes they may run up to 1 % fast relative to ours.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// Default fixed part of the drift allowance (2 ms).
+///
+/// Redis expires keys with millisecond resolution, and expiry checks are not
+/// instantaneous; the reference implementation adds 2 ms for that.
+pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
+
+/// Whether renewals re-create a lock's key on a node that lost it (default on).
+///
+/// A node restarted without persistence comes back empty; while we still hold
+/// a majority elsewhere, setting our key there again (`SET NX`, same token)
+/// restores the margin the lock had. It never overwrites another owner's key.
+pub const DEFAULT_HEAL: bool = true;
+
+/// Whether concurrent single-key acquires and releases to a node are
+/// coalesced into one script call (default on).
+///
+/// A lone caller is never delayed: while few requests are in flight to a
+/// node, each goes at once as a single command. Beyond that, the requests
+/// that queue while a batch is in flight go together in the next script
+/// call, which saves the servers' and the client's per-command overhead
+/// when many tasks lock at once (docs/benchmarks.md has the figures).
+///
+/// Turn it off for nodes that are Redis Cluster members (a batch mixes keys
+/// of any hash slot), and where a few loops drive many futures from one
+/// task, where it does not pay.
+pub const DEFAULT_BATCHING: bool = true;
+
+/// Default time a node waits for its replicas to acknowledge a lock write.
+///
+/// A replica on the same network applies a write and answers the master's
+/// acknowledgement request within a millisecond or two; one that needs 50 ms
+/// is lagging, and a lock it has not seen would be lost if it were promoted.
+/// Half of [`crate::DEFAULT_NODE_TIMEOUT`], so that a `WAIT` that runs its full
+/// course still answers inside the per-node budget, with room left for the
+/// round trip that carries the write and the `WAIT`, and for the delete that
+/// follows an unacknowledged grant.
+pub const DEFAULT_REPLICA_ACK_TIMEOUT: Duration = Duration::from_millis(50);
+
+// Defaults of a lock (see `LockOptions`).
+
+/// Default mean delay between two attempts of [`crate::Redlock::lock`].
+///
+/// Randomised between half and one and a half times this value so that
+/// clients that collided do not collide again in lock step.
+pub const DEFAULT_RETRY_DELAY: Duration = Duration::from_millis(200);
+
+/// Shortest retry delay accepted.
+///
+/// A waiter polls at this pace between wake-ups; at zero it would retry in
+/// a hot loop, sending every node a request per scheduler turn while the
+/// resource is held.
+pub const MIN_RETRY_DELAY: Duration = Duration::from_millis(1);
+
+/// Default time [`crate::Redlock::lock`] keeps trying before it gives up.
+///
+/// Enough to ride out a short critical section of another holder and a node
+/// restart; short enough that a stuck holder surfaces as an error.
+pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
+
+/// Default minimum validity an acquisition must leave (any positive time).
+pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
+
+// Fencing, idempotency keys and shutdown.
+
+/// Proposal rounds of a fenced acquisition before it gives up.
+///
+/// A round is rejected by a majority only when another proposal for the same
+/// resource raced ours (the lock excludes that unless it was violated) or
+/// phase 1 saw a stale minority; each retry proposes above every fence it was
+/// told about, so one retry normally suffices. Four bound the extra round
+/// trips when something is badly wrong.
+pub const FENCE_ROUNDS: u32 = 4;
+
+/// How long a lock node keeps a resource's fence after the last token it
+/// accepted (the fence key's expiry, set again with every token).
+///
+/// A fence key forever would leave one key per fenced resource ever locked,
+/// and a node under `noeviction` runs out of memory. Forgetting it is safe
+/// for the same reason a restart without persistence is (the module docs):
+/// a node that lost the fence offers its clock, `TIME` in µs, instead, and a
+/// day after the last token that clock is a day of µs above it. Tokens only
+/// run ahead of the clocks by the number of tokens issued faster than one
+/// per µs, so the new value is larger as long as the nodes' clocks neither
+/// differ nor step back by anything near a day. The argument in full is in
+/// docs/design.md.
+pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Default time a stored result (or cached failure) is kept: 24 hours.
+///
+/// Clients retry a request for minutes to hours (mobile apps resending after
+/// a reconnect, queues redelivering the next day's batch); a day covers that
+/// while bounding the memory stored results take in Redis.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// Default bound of a shutdown that nobody gave a timeout: the CLI's, and
+/// the blocking client's when it is dropped.
+///
+/// A release at shutdown may first have to connect (the connect timeout,
+/// [`crate::DEFAULT_CONNECT_TIMEOUT`], 1 s) and then wait for the reply (the
+/// node timeout, [`crate::DEFAULT_NODE_TIMEOUT`], 100 ms); two seconds cover
+/// both with room for a loaded machine, and are short enough for a program
+/// on its way out.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+
+// Renewal, hand-off and connections: rules the library keeps itself.
+
+/// A lock is renewed every `ttl / RENEW_DIVISOR`.
+///
+/// Renewing at a third of the ttl leaves two more thirds of validity for
+/// retries when a round fails, before the lock would run out (the rule
+/// Redisson's watchdog and the original brief use).
+pub(crate) const RENEW_DIVISOR: u32 = 3;
+
+/// How much longer than its waiter a queue entry lives: covers the clock
+/// difference between the waiting client, which sets an entry's deadline,
+/// and the releasing client, which drops entries past it. An entry that outlives its waiter
+/// costs at most one hand-off that falls back to polling.
+pub(crate) const QUEUE_MARGIN: Duration = Duration::from_secs(1);
+
+/// How long a client stays subscribed after its last waiter left. A client
+/// that waits again soon (a worker taking its next job, a holder queueing
+/// again right after its release) would otherwise send `UNSUBSCRIBE` and
+/// `SUBSCRIBE` to every node, and its first waiter would wait for the
+/// nodes' confirmation before its first queued attempt: under contention
+/// that churn would be a large share of the requests per hand-off. One
+/// second is far longer than a hand-off and short enough that nothing
+/// stays subscribed for long once no one waits.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
+/// First pause before reconnecting a pub/sub connection that failed or was
+/// dropped: short, because a dropped connection to a live node (a restart, a
+/// proxy cutting idle flows) is the usual case, and waiters miss its
+/// notifications until it is back.
+pub(crate) const RESUBSCRIBE_BASE: Duration = Duration::from_millis(100);
+
+/// Longest pause between reconnection attempts. While a node stays down,
+/// the pause doubles from [`RESUBSCRIBE_BASE`] up to this: every client that
+/// ever waited keeps a subscriber per node for its whole life, and at a
+/// fixed 100 ms pace a fleet of them would hammer a node that is down or
+/// restarting with connection attempts (each a TCP handshake and a failed
+/// client setup). Waiters keep polling meanwhile, so a node back up is
+/// missed by notifications for at most this long.
+pub(crate) const RESUBSCRIBE_CAP: Duration = Duration::from_secs(5);
+
+/// How often an idle pub/sub connection is checked with a PING. A connection
+/// can die without the client noticing (a half-open socket, a black-holed
+/// network path); the check bounds how long waiters miss notifications from
+/// that node (they keep polling meanwhile).
+pub(crate) const PUBSUB_PING: Duration = Duration::from_secs(1);
+
+/// Idle time after which the kernel starts probing a node connection
+/// (TCP keepalive).
+///
+/// Firewalls and NATs drop the state of flows that stay idle (commonly
+/// after one to several minutes), after which the connection is half-open:
+/// it looks fine, but nothing sent on it arrives. Probing every ten seconds
+/// of silence keeps that state alive, and a peer that is gone (a host that
+/// died without closing) is found by the kernel before the next request
+/// has to find it (see [`STALL_FLOOR`]).
+pub(crate) const KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+
+/// Time between unanswered keepalive probes.
+pub(crate) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Unanswered keepalive probes after which the kernel drops the connection:
+/// with [`KEEPALIVE_IDLE`] and [`KEEPALIVE_INTERVAL`], an idle connection
+/// to a vanished peer is gone within 25 s, while a few lost probes (a
+/// congested link) do not cut a working one.
+pub(crate) const KEEPALIVE_RETRIES: u32 = 3;
+
+/// The shortest stall limit of a node connection (the time it may leave
+/// requests unanswered before the node checks it still works).
+///
+/// A reply can be late without anything being broken: a fork for a
+/// snapshot, another client's slow command, a slow link. Every stall costs
+/// a probe connection; below a quarter second those ordinary delays would
+/// look like stalls.
+pub(crate) const STALL_FLOOR: Duration = Duration::from_millis(250);
+
+/// What "never" is for a wait or timeout of `Duration::MAX`: a century, far beyond any
+/// process's life, and small enough for every clock's `Instant`.
+pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);

@@ -1,0 +1,259 @@
+//! One acquisition attempt: take the keys on every node, then finish (fence,
+//! validity, guard) or undo.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::fence;
+use super::guard::Guard;
+use super::release::release_all;
+use super::resources::Resources;
+use super::shared::Shared;
+use super::state::Held;
+use super::waiter::queue::{self, Refusals};
+use crate::error::{Error, Result};
+use crate::options::LockOptions;
+use crate::quorum::{self, Quorum, Tally, Until};
+use crate::random;
+use crate::tasks::Work;
+use crate::wire::keys;
+use crate::wire::lock::{Acquire, AcquireMode, Release};
+use crate::wire::queue::QueueEntry;
+
+/// One acquisition attempt on `resources`. With `queue`, a waiter's attempt:
+/// where the resource is held, the waiter is queued for it in the same
+/// request (see `waiter`).
+///
+/// Succeeds with a guard when a majority granted with enough validity left
+/// (and, fenced, a majority agreed on a token). Otherwise every node is sent
+/// the release of what this attempt may have set, and the error says why:
+/// [`Error::Unreachable`] when failing nodes alone ruled out a majority,
+/// [`Error::Held`] when another owner's keys did.
+pub(crate) async fn attempt(
+    shared: &Arc<Shared>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+    queue: Option<&QueueEntry>,
+) -> Result<Guard> {
+    let quorum = &shared.quorum;
+    let (ttl, drift) = quorum.check_ttl(ttl, options.min_validity)?;
+    if shared.is_closed() {
+        return Err(Error::Closed);
+    }
+    let token: Arc<str> = random::token().into();
+    let mut undo = Undo {
+        quorum,
+        resources,
+        token: &token,
+        ttl,
+        armed: true,
+    };
+    let start = Instant::now();
+    let valid_until = start + ttl - drift;
+    let round = acquire_everywhere(quorum, options, resources, &token, ttl, queue, valid_until).await;
+    let failure = if round.tally.reached() {
+        match finish(
+            shared, options, resources, &token, ttl, drift, start, &round, queue,
+        )
+        .await
+        {
+            Ok(held) => {
+                undo.armed = false;
+                let guard = Guard::new(shared, held, options.auto_renew, options.min_validity);
+                if shared.is_closed() {
+                    // Taken while a shutdown released every lock: give it
+                    // back too (or find the shutdown did).
+                    let _ = guard.release().await;
+                    return Err(Error::Closed);
+                }
+                return Ok(guard);
+            }
+            Err(error) => error,
+        }
+    } else if round.tally.failures_rule_out_majority() {
+        round.tally.unreachable()
+    } else {
+        Error::Held {
+            refused: round.tally.refused,
+            nodes: round.tally.nodes,
+            errors: round.tally.errors,
+        }
+    };
+    tracing::debug!(resources = ?resources.names(), elapsed = ?start.elapsed(), error = %failure, "lock attempt failed");
+    // Every node gets the release: a node that has not answered yet still
+    // gets it queued behind its SET on the same connection (so it runs after
+    // the SET). The caller waits until a majority confirmed (then no
+    // majority holds anything of ours), within what is left of this
+    // attempt's budget, so a hung node cannot hold it past the per-node
+    // timeout; the rest completes in the background. Nodes that refused our
+    // SET hold nothing of ours and are skipped.
+    let release = Release::new(Arc::clone(resources.keys()), Arc::clone(&token));
+    release_all(
+        quorum,
+        release,
+        round.deadline,
+        start + ttl,
+        Until::Answered,
+        &round.refused_by,
+    )
+    .await;
+    undo.armed = false;
+    Err(failure)
+}
+
+/// The answers of every node to one attempt's acquire.
+struct Round {
+    tally: Tally,
+    /// Nodes that refused (they hold nothing of ours).
+    refused_by: Vec<usize>,
+    /// When the nodes' answers stopped counting.
+    deadline: Instant,
+    /// Fenced: the highest fence a node reported.
+    fence_floor: Option<u64>,
+    /// A waiter's attempt: the nodes that refused, and so queued it.
+    refusals: Option<Arc<Refusals>>,
+}
+
+/// Sends the acquire to every node and counts the grants until the outcome
+/// is certain or the per-node timeout passed.
+async fn acquire_everywhere(
+    quorum: &Arc<Quorum>,
+    options: &LockOptions,
+    resources: &Resources,
+    token: &Arc<str>,
+    ttl: Duration,
+    queue: Option<&QueueEntry>,
+    valid_until: Instant,
+) -> Round {
+    let mode = match queue {
+        _ if options.fenced => {
+            AcquireMode::Fenced(resources.names().iter().map(|r| keys::fence(r)).collect())
+        }
+        Some(entry) => AcquireMode::Queued(Arc::new(entry.clone())),
+        None => AcquireMode::Plain,
+    };
+    let request = Arc::new(Acquire {
+        keys: Arc::clone(resources.keys()),
+        token: Arc::clone(token),
+        ttl_ms: crate::wire::millis(ttl),
+        mode,
+    });
+    let fence_floor = options.fenced.then(|| Arc::new(AtomicU64::new(0)));
+    let refusals = queue.map(|_| Arc::new(Refusals::default()));
+    let deadline = quorum.deadline();
+    // A waiter's requests are driven past the attempt's deadline, until its
+    // validity would have ended: a refusal that comes late must still take
+    // the waiter off that node's queue (see `Refusals`).
+    let finish_by = if queue.is_some() { valid_until } else { deadline };
+    let tally = quorum
+        .fan_out(deadline, finish_by, Until::Decided, |i| {
+            let (nodes, request) = (Arc::clone(&quorum.nodes), Arc::clone(&request));
+            let (fence_floor, refusals) = (fence_floor.clone(), refusals.clone());
+            // Only a waiter's attempt sends more from the request itself.
+            let leaver = queue.map(|_| Arc::clone(quorum));
+            async move {
+                let reply = nodes[i].acquire(&request).await;
+                if let (Some(floor), Ok(Ok(acquired))) = (&fence_floor, &reply) {
+                    floor.fetch_max(acquired.fence.unwrap_or(0), Ordering::Relaxed);
+                }
+                // A refusal queued the waiter there (see `Refusals`). Boxed:
+                // the rare path stays out of every request's future.
+                if let (Some(quorum), Some(refusals), AcquireMode::Queued(entry), Ok(Ok(acquired))) =
+                    (&leaver, &refusals, &request.mode, &reply)
+                    && !acquired.granted
+                    && refusals.refused(i)
+                {
+                    Box::pin(queue::leave(quorum, entry, &[i], valid_until)).await;
+                }
+                reply.map(|acked| acked.map(|acquired| acquired.granted))
+            }
+        })
+        .await;
+    Round {
+        refused_by: tally.refused_by.clone(),
+        tally,
+        deadline,
+        fence_floor: fence_floor.map(|floor| floor.load(Ordering::Relaxed)),
+        refusals,
+    }
+}
+
+/// A majority granted: agrees on the fencing token (when fenced), checks
+/// the validity left, and takes a waiter off the queues of the nodes that
+/// refused. Returns the held lock.
+#[allow(clippy::too_many_arguments)]
+async fn finish(
+    shared: &Shared,
+    options: &LockOptions,
+    resources: &Resources,
+    token: &Arc<str>,
+    ttl: Duration,
+    drift: Duration,
+    start: Instant,
+    round: &Round,
+    queue: Option<&QueueEntry>,
+) -> Result<Held> {
+    let quorum = &shared.quorum;
+    let valid_until = start + ttl - drift;
+    let fence = match round.fence_floor {
+        Some(floor) => Some(fence::propose(quorum, resources.names(), floor, valid_until).await?),
+        None => None,
+    };
+    let elapsed = start.elapsed();
+    let min = options.min_validity;
+    match quorum::validity(ttl, elapsed, drift) {
+        Some(left) if left >= min => {
+            tracing::debug!(resources = ?resources.names(), granted = round.tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
+        }
+        _ => return Err(Error::ValidityUsedUp { elapsed, ttl, min }),
+    }
+    if let (Some(entry), Some(refusals)) = (queue, &round.refusals) {
+        // The nodes that granted took the waiter off their queue in the same
+        // call; those that refused still list it.
+        queue::leave(quorum, entry, &refusals.taken(), valid_until).await;
+    }
+    Ok(Held::new(
+        resources.clone(),
+        Arc::clone(token),
+        fence,
+        ttl,
+        start,
+        valid_until,
+        round.tally.ok,
+        options,
+    ))
+}
+
+/// Releases the keys of an attempt dropped before it finished (its caller
+/// was cancelled: a timeout, a `select!`, a signal). Requests already handed
+/// to the nodes' connections may still set our keys; the release, handed
+/// over after them, runs after them on each node. Sent in the background
+/// as tracked work (see `Redlock::shutdown`).
+struct Undo<'a> {
+    quorum: &'a Arc<Quorum>,
+    resources: &'a Resources,
+    token: &'a Arc<str>,
+    ttl: Duration,
+    /// Cleared once the attempt ends on its own: with a lock that a guard
+    /// will own, or after its own release.
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let quorum = Arc::clone(self.quorum);
+        let release = Release::new(Arc::clone(self.resources.keys()), Arc::clone(self.token));
+        let ttl = self.ttl;
+        self.quorum.tasks.spawn_if_running(Work::Release, async move {
+            let deadline = quorum.deadline();
+            release_all(&quorum, release, deadline, Instant::now() + ttl, Until::All, &[]).await;
+        });
+    }
+}

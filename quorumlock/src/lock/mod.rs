@@ -1,0 +1,23 @@
+//! The lock layer: what a lock is and how it is taken, kept and given back.
+//!
+//! - [`resources`]: the names a lock takes;
+//! - [`state`]: one held lock's validity, loss signal and renewal schedule;
+//! - [`attempt`]: one acquisition (acquire on every node, then finish or
+//!   undo), and [`waiter`]: the attempts of a caller that waits, with the
+//!   hand-off queues;
+//! - [`guard`]: the holder's handle; [`watchdog`]: the renewal of every held
+//!   lock; [`release`]: giving a lock back; [`fence`]: fencing tokens;
+//! - [`shared`]: what all locks of one client share.
+//!
+//! It speaks to the nodes only through the quorum layer, with requests of
+//! the wire layer.
+
+pub(crate) mod attempt;
+pub(crate) mod fence;
+pub(crate) mod guard;
+pub(crate) mod release;
+pub(crate) mod resources;
+pub(crate) mod shared;
+pub(crate) mod state;
+pub(crate) mod waiter;
+pub(crate) mod watchdog;

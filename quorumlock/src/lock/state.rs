@@ -1,0 +1,353 @@
+//! The state of one held lock (validity, loss signal, renewal schedule),
+//! shared by its guard, the watchdog and a shutdown, and the registry of
+//! every lock a client's guards hold.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::resources::Resources;
+use crate::config::RENEW_DIVISOR;
+use crate::options::LockOptions;
+use crate::wire::lock::{Release, RenewItem};
+
+/// The state of one held lock, shared by its guard and the watchdog.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) resources: Resources,
+    pub(crate) token: Arc<str>,
+    /// The fencing token agreed at acquisition, if fenced.
+    pub(crate) fence: Option<u64>,
+    /// Fired once, by whoever sees the loss first (watchdog or local timer).
+    lost: CancellationToken,
+    /// The release of our keys was started (by the guard, its drop, a loss
+    /// or a shutdown); the others need not send it again.
+    releasing: AtomicBool,
+    /// A renewal round of this lock was handed to every node (see
+    /// [`Held::renewals_handed_over`]).
+    renewal_handed_over: Notify,
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// The ttl renewals set on the nodes.
+    ttl: Duration,
+    valid_until: Instant,
+    acquired_at: Instant,
+    /// When the next renewal is due.
+    renew_at: Instant,
+    /// The last round failed: retry exactly at `renew_at`, not batched early.
+    retrying: bool,
+    renewals: u32,
+    /// Nodes that confirmed our token in the last acquire/renew/extend round.
+    confirmed: usize,
+    max_hold: Option<Duration>,
+    max_renewals: Option<u32>,
+    /// A renewal round of this lock is being handed to the nodes.
+    renewing: bool,
+    /// A release has begun: no renewal round may start any more.
+    released: bool,
+}
+
+impl Held {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        resources: Resources,
+        token: Arc<str>,
+        fence: Option<u64>,
+        ttl: Duration,
+        start: Instant,
+        valid_until: Instant,
+        confirmed: usize,
+        options: &LockOptions,
+    ) -> Self {
+        Held {
+            resources,
+            token,
+            fence,
+            lost: CancellationToken::new(),
+            releasing: AtomicBool::new(false),
+            renewal_handed_over: Notify::new(),
+            state: Mutex::new(State {
+                ttl,
+                valid_until,
+                acquired_at: start,
+                renew_at: start + ttl / RENEW_DIVISOR,
+                retrying: false,
+                renewals: 0,
+                confirmed,
+                max_hold: options.max_hold,
+                max_renewals: options.max_renewals,
+                renewing: false,
+                released: false,
+            }),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state is plain data, valid after any panic in another thread.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.state().valid_until
+    }
+
+    pub(crate) fn ttl(&self) -> Duration {
+        self.state().ttl
+    }
+
+    pub(crate) fn confirmed(&self) -> usize {
+        self.state().confirmed
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Not lost, and the validity has not passed.
+    pub(crate) fn is_held(&self) -> bool {
+        !self.is_lost() && Instant::now() < self.valid_until()
+    }
+
+    /// Completes when the lock is lost: from the watchdog, or at the latest
+    /// from a local timer at `valid_until` (re-armed when a renewal moves it).
+    pub(crate) async fn lost(&self) {
+        loop {
+            let until = self.valid_until();
+            tokio::select! {
+                () = self.lost.cancelled() => return,
+                () = tokio::time::sleep_until(until) => {
+                    if self.valid_until() <= Instant::now() {
+                        self.mark_lost();
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fires the loss signal; `true` only for the call that fired it.
+    pub(crate) fn mark_lost(&self) -> bool {
+        let first = !self.lost.is_cancelled();
+        self.lost.cancel();
+        first
+    }
+
+    /// Ends renewal for good and waits until no renewal round of this lock is
+    /// still being handed to the nodes; every release calls it first.
+    ///
+    /// A renewal heals (`SET NX` with our token) a node where our key is
+    /// missing. Were a round handed to a node after our release, it would
+    /// find the key just deleted and set it again: a key nobody owns, in the
+    /// way of every other owner for a ttl. After this returns, each node got
+    /// any renewal of this lock before the release that follows.
+    pub(crate) async fn renewals_handed_over(&self) {
+        if !self.mark_released() {
+            // The usual case, on every release: no round in progress.
+            return;
+        }
+        loop {
+            let handed_over = self.renewal_handed_over.notified();
+            tokio::pin!(handed_over);
+            handed_over.as_mut().enable();
+            {
+                let mut state = self.state();
+                state.released = true;
+                if !state.renewing {
+                    return;
+                }
+            }
+            handed_over.await;
+        }
+    }
+
+    /// Marks the lock released (no renewal round starts after this) and
+    /// says whether one is being handed over now.
+    pub(crate) fn mark_released(&self) -> bool {
+        let mut state = self.state();
+        state.released = true;
+        state.renewing
+    }
+
+    /// Takes this lock into a renewal round; `false` once a release has
+    /// begun (see [`Held::renewals_handed_over`]).
+    pub(crate) fn start_renewal(&self) -> bool {
+        let mut state = self.state();
+        state.renewing = !state.released;
+        state.renewing
+    }
+
+    /// The renewal round is handed to every node.
+    pub(crate) fn end_renewal(&self) {
+        self.state().renewing = false;
+        self.renewal_handed_over.notify_waiters();
+    }
+
+    /// Claims the release of our keys; `true` only for the first caller.
+    /// Independent of the loss signal: a lock whose loss the holder's local
+    /// timer saw first must still be released by the watchdog.
+    pub(crate) fn claim_release(&self) -> bool {
+        !self.releasing.swap(true, Ordering::AcqRel)
+    }
+
+    /// Records a majority confirmation of a round that started at `start`
+    /// with `ttl`: the lock is ours until `start + ttl - drift`. Returns
+    /// `false` (and changes nothing) when the lock was already lost or its
+    /// validity has passed: a lock is never resurrected, because a holder may
+    /// already have acted on its loss.
+    pub(crate) fn confirm(&self, start: Instant, ttl: Duration, drift: Duration, confirmed: usize) -> bool {
+        let mut state = self.state();
+        if self.is_lost() || state.valid_until <= Instant::now() {
+            return false;
+        }
+        state.ttl = ttl;
+        state.valid_until = start + ttl - drift;
+        state.renew_at = start + ttl / RENEW_DIVISOR;
+        state.retrying = false;
+        state.confirmed = confirmed;
+        true
+    }
+
+    /// Records a failed round: try again at `at` unless the lock runs out first.
+    pub(crate) fn retry_at(&self, at: Instant, confirmed: usize) {
+        let mut state = self.state();
+        state.renew_at = at;
+        state.retrying = true;
+        state.confirmed = confirmed;
+    }
+
+    /// When the watchdog should renew this lock next, or `None` once a hold
+    /// limit is reached (the lock then runs out at its validity).
+    pub(crate) fn next_renewal(&self) -> Option<(Instant, bool)> {
+        let state = self.state();
+        let over_hold = state
+            .max_hold
+            .and_then(|max| state.acquired_at.checked_add(max))
+            .is_some_and(|limit| state.renew_at >= limit);
+        let over_count = state.max_renewals.is_some_and(|max| state.renewals >= max);
+        (!over_hold && !over_count).then_some((state.renew_at, state.retrying))
+    }
+}
+
+impl Held {
+    /// The owner-checked delete of this lock's keys on one node.
+    pub(crate) fn release(&self) -> Release {
+        Release::new(Arc::clone(self.resources.keys()), Arc::clone(&self.token))
+    }
+
+    /// This lock in a renewal, with its current ttl.
+    pub(crate) fn renew_item(&self) -> RenewItem {
+        RenewItem {
+            keys: Arc::clone(self.resources.keys()),
+            token: Arc::clone(&self.token),
+            ttl: self.ttl(),
+        }
+    }
+
+    /// Whether a release has begun (renewal stops for good).
+    pub(crate) fn is_released(&self) -> bool {
+        self.state().released
+    }
+
+    /// One more confirmed renewal, for the hold limits.
+    pub(crate) fn count_renewal(&self) {
+        self.state().renewals += 1;
+    }
+}
+
+/// Every lock held by a guard of one client, so that a shutdown can
+/// release the locks whose guards are still alive.
+#[derive(Debug, Default)]
+pub(crate) struct Holders(Mutex<HolderMap>);
+
+#[derive(Debug, Default)]
+struct HolderMap {
+    locks: HashMap<u64, Arc<Held>>,
+    next_id: u64,
+}
+
+impl Holders {
+    fn map(&self) -> MutexGuard<'_, HolderMap> {
+        // Plain data, valid after a panic in another thread.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn insert(&self, held: &Arc<Held>) -> u64 {
+        let mut map = self.map();
+        let id = map.next_id;
+        map.next_id += 1;
+        map.locks.insert(id, Arc::clone(held));
+        id
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        self.map().locks.remove(&id);
+    }
+
+    /// Every lock still held, taken out of the registry.
+    pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
+        self.map().locks.drain().map(|(_, held)| held).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(ttl: Duration, options: &LockOptions) -> Held {
+        let now = Instant::now();
+        Held::new(
+            Resources::from("r"),
+            "t".into(),
+            None,
+            ttl,
+            now,
+            now + ttl,
+            1,
+            options,
+        )
+    }
+
+    #[tokio::test]
+    async fn a_lost_lock_is_never_confirmed_again() {
+        let held = held(Duration::from_secs(10), &LockOptions::default());
+        assert!(held.is_held());
+        assert!(held.mark_lost());
+        assert!(!held.mark_lost(), "the signal fires once");
+        let now = Instant::now();
+        assert!(!held.confirm(now, Duration::from_secs(10), Duration::ZERO, 3));
+        assert!(!held.is_held());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_local_timer_fires_the_loss_at_valid_until() {
+        let held = held(Duration::from_secs(10), &LockOptions::default());
+        let until = held.valid_until();
+        held.lost().await;
+        assert!(Instant::now() >= until);
+        assert!(held.is_lost());
+    }
+
+    #[test]
+    fn hold_limits_stop_renewal() {
+        let limited = held(Duration::from_secs(3), &LockOptions::default().max_renewals(0));
+        assert!(limited.next_renewal().is_none());
+        let short = held(
+            Duration::from_secs(3),
+            &LockOptions::default().max_hold(Duration::from_millis(500)),
+        );
+        assert!(
+            short.next_renewal().is_none(),
+            "the first renewal (at 1 s) is past the 500 ms hold limit"
+        );
+        let free = held(Duration::from_secs(3), &LockOptions::default());
+        assert!(free.next_renewal().is_some());
+    }
+}

@@ -1,0 +1,173 @@
+//! Waiting for a lock: attempts until one succeeds or the wait runs out,
+//! woken by the release that hands the lock over rather than by polling
+//! alone.
+//!
+//! On the first refusal a waiter subscribes to its client's wake-up
+//! channel and queues on every node ([`queue`]). From then on each attempt
+//! keeps its place in line (for one unfenced resource, inside the acquire
+//! request itself), and the waiter sleeps until a release names it, or
+//! until the retry delay passes. A named waiter that loses the race (to a
+//! caller that did not queue) takes its old place again.
+//!
+//! Polling with a jittered delay stays underneath, for releases by other
+//! libraries (no message), expiry of a crashed holder's key, lost messages,
+//! and a queue head that is gone (a waiter that died without leaving the
+//! queue is skipped by the next release, or expires with its deadline).
+
+pub(crate) mod queue;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use self::queue::Subscription;
+use super::attempt::attempt;
+use super::guard::Guard;
+use super::resources::Resources;
+use super::shared::Shared;
+use crate::error::{Error, Result};
+use crate::options::LockOptions;
+use crate::quorum;
+use crate::random;
+
+/// Takes the lock on `resources`, retrying until it succeeds or the wait
+/// ([`LockOptions::wait`]) or attempt budget ([`LockOptions::max_attempts`])
+/// runs out; the last attempt's error then.
+pub(crate) async fn lock(
+    shared: &Arc<Shared>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+) -> Result<Guard> {
+    let mut waiter = Waiter {
+        shared,
+        options,
+        resources,
+        ttl,
+        deadline: quorum::deadline_after(options.wait),
+        attempts: 0,
+        subscription: None,
+        // A waiter's attempt on one unfenced resource also queues it where
+        // the resource is held, in the same request; other waiters register
+        // with a request of their own.
+        folded: resources.names().len() == 1 && !options.fenced,
+        named: false,
+    };
+    loop {
+        let error = match waiter.attempt().await {
+            Ok(guard) => return Ok(guard),
+            Err(error) => error,
+        };
+        if waiter.gives_up(&error) {
+            return Err(error);
+        }
+        waiter.wait_after(&error).await;
+    }
+}
+
+/// One caller waiting for a lock.
+struct Waiter<'a> {
+    shared: &'a Arc<Shared>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
+    ttl: Duration,
+    deadline: Instant,
+    attempts: u32,
+    /// Listening for releases and queued, after the first refusal.
+    subscription: Option<Subscription>,
+    /// The queue entry travels in the attempt's own request.
+    folded: bool,
+    /// The last wake-up came from a release that named this waiter (and
+    /// took it off the queue there).
+    named: bool,
+}
+
+impl Waiter<'_> {
+    async fn attempt(&mut self) -> Result<Guard> {
+        self.attempts += 1;
+        // Also after a named wake-up: if this attempt loses, the same request
+        // puts the waiter back in its old place.
+        let entry = self
+            .subscription
+            .as_mut()
+            .filter(|_| self.folded)
+            .and_then(Subscription::entry);
+        let guard = attempt(
+            self.shared,
+            self.options,
+            self.resources,
+            self.ttl,
+            entry.as_ref(),
+        )
+        .await?;
+        // Off every queue: a queueing attempt leaves them itself, and the
+        // releases that named this waiter popped it.
+        if let Some(subscription) = self
+            .subscription
+            .as_mut()
+            .filter(|_| self.named || entry.is_some())
+        {
+            subscription.served();
+        }
+        Ok(guard)
+    }
+
+    /// Whether `error` ends the wait: bad input, a shut-down client, or the
+    /// budget is spent.
+    fn gives_up(&self, error: &Error) -> bool {
+        matches!(error, Error::Config(_) | Error::Closed)
+            || self.options.max_attempts.is_some_and(|max| self.attempts >= max)
+            || Instant::now() >= self.deadline
+    }
+
+    /// Waits before the next attempt: not at all on the first contention
+    /// (the waiter queues up and tries once more at once, since the release
+    /// may have come before it listened), else until a release names it, the
+    /// jittered retry delay passes or the client shuts down.
+    async fn wait_after(&mut self, error: &Error) {
+        if matches!(error, Error::Held { .. }) && self.subscription.is_none() {
+            let shared = self.shared;
+            let mut joined = shared
+                .handoff
+                .subscribe(
+                    &shared.quorum,
+                    self.resources.names(),
+                    shared.quorum.node_timeout,
+                    self.deadline,
+                )
+                .await;
+            if !self.folded {
+                joined.register().await;
+            }
+            self.subscription = Some(joined);
+            return;
+        }
+        if let Some(subscription) = self.subscription.as_mut().filter(|_| self.named && !self.folded) {
+            // Named by a release, but someone else got there first: back to
+            // our old place at the front of the queue.
+            subscription.register().await;
+        }
+        let delay = random::jitter(self.options.retry_delay);
+        tracing::debug!(attempts = self.attempts, ?delay, %error, "lock attempt failed, waiting");
+        let wake = quorum::deadline_after(delay).min(self.deadline);
+        let closing = self.shared.quorum.tasks.closing();
+        // A shutdown ends the wait at once: the next attempt says so.
+        self.named = match &self.subscription {
+            Some(subscription) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake) => false,
+                    () = subscription.released() => true,
+                    () = closing.cancelled() => false,
+                }
+            }
+            None => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(wake) => {}
+                    () = closing.cancelled() => {}
+                }
+                false
+            }
+        };
+    }
+}

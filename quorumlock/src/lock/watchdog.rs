@@ -1,0 +1,269 @@
+//! The shared watchdog: one task per client renews every held lock in
+//! batches, and tells a holder when its lock is lost.
+//!
+//! - Renewal is owner-checked and sends each node one script per tick for
+//!   all due locks, so round trips per tick are O(nodes), not O(locks);
+//! - a lock counts as renewed only when a majority confirmed before its
+//!   validity ended; the new validity is measured from the tick's start;
+//! - loss (validity ran out unconfirmed, or a majority reports another token)
+//!   fires the holder's signal once, stops renewal and releases our token;
+//! - the signal never depends on this task: [`Held::lost`] also waits on a
+//!   local timer at `valid_until`, so a holder learns of the loss on time
+//!   even when every renewal request hangs.
+
+use std::collections::HashMap;
+use std::ops::ControlFlow;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::release::release_in_background;
+use super::state::Held;
+use crate::config::RENEW_DIVISOR;
+use crate::quorum::{Quorum, Tally};
+use crate::tasks::Work;
+use crate::wire::lock::{Renew, RenewItem, RenewStatus};
+
+/// The registry of renewed locks and the handle on the one renewal task.
+#[derive(Debug)]
+pub(crate) struct Watchdog {
+    quorum: Arc<Quorum>,
+    /// Renewals re-create our key where a node lost it.
+    heal: bool,
+    registry: Mutex<Registry>,
+    wake: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Registry {
+    locks: HashMap<u64, Arc<Held>>,
+    next_id: u64,
+    /// The renewal task, while it runs. One whose runtime shut down counts
+    /// as finished, so that the next lock taken on another runtime starts a
+    /// new one instead of waiting on a task that will never run again.
+    task: Option<JoinHandle<()>>,
+    /// When the sleeping task wakes next (`None`: it is about to scan the
+    /// registry anyway). A new lock wakes it only if it needs it sooner, so
+    /// that taking a lock costs no wake-up and no scan of all locks.
+    wake_at: Option<Instant>,
+}
+
+impl Watchdog {
+    pub(crate) fn new(quorum: Arc<Quorum>, heal: bool) -> Self {
+        Watchdog {
+            quorum,
+            heal,
+            registry: Mutex::default(),
+            wake: Notify::new(),
+        }
+    }
+
+    fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Stops renewing lock `id` (released or dropped). The task notices at
+    /// its next wake-up (and ends then if no lock is left).
+    pub(crate) fn unregister(&self, id: u64) {
+        self.registry().locks.remove(&id);
+    }
+}
+
+/// Starts renewing `held`; spawns the client's watchdog task if it is not
+/// running. Returns the id to unregister with. Must run inside a Tokio runtime.
+pub(crate) fn register(watchdog: &Arc<Watchdog>, held: &Arc<Held>) -> u64 {
+    let mut registry = watchdog.registry();
+    let id = registry.next_id;
+    registry.next_id += 1;
+    registry.locks.insert(id, Arc::clone(held));
+    if registry.task.as_ref().is_some_and(|task| !task.is_finished()) {
+        let needed = held.next_renewal().map_or(held.valid_until(), |(at, _)| at);
+        if registry.wake_at.is_some_and(|wake| needed < wake) {
+            watchdog.wake.notify_one();
+        }
+    } else {
+        // Woken by nothing yet: it scans the registry first.
+        registry.wake_at = None;
+        let task = run(Arc::clone(watchdog));
+        registry.task = Some(watchdog.quorum.tasks.spawn(Work::Renewal, task));
+    }
+    id
+}
+
+/// The watchdog task: sleeps until the next renewal or expiry, renews all
+/// due locks in one batch, and ends when no lock is left to renew or the
+/// client shuts down (which releases the locks itself).
+async fn run(watchdog: Arc<Watchdog>) {
+    let closing = watchdog.quorum.tasks.closing();
+    loop {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        let mut early = Vec::new();
+        let mut expired = Vec::new();
+        let mut next_wake: Option<Instant> = None;
+        {
+            let mut registry = watchdog.registry();
+            if registry.locks.is_empty() || closing.is_cancelled() {
+                registry.locks.clear();
+                registry.task = None;
+                return;
+            }
+            registry.locks.retain(|_, held| {
+                if held.is_released() {
+                    return false;
+                }
+                let valid_until = held.valid_until();
+                if held.is_lost() || valid_until <= now {
+                    expired.push(Arc::clone(held));
+                    return false;
+                }
+                let mut wake = valid_until;
+                if let Some((renew_at, retrying)) = held.next_renewal() {
+                    // A tick comes when the earliest renewal is due, and
+                    // takes along every regular renewal due within the next
+                    // half period: locks acquired at scattered times are
+                    // renewed together (a little early, which is harmless,
+                    // and never late), and the next tick is at least half a
+                    // period away, so the number of ticks, and of round
+                    // trips, does not grow with the number of locks. A lone
+                    // lock is renewed exactly every ttl/3. Retries keep their
+                    // exact time.
+                    let window = if retrying {
+                        Duration::ZERO
+                    } else {
+                        held.ttl() / (RENEW_DIVISOR * 2)
+                    };
+                    if renew_at <= now {
+                        due.push(Arc::clone(held));
+                    } else if renew_at <= now + window {
+                        early.push(Arc::clone(held));
+                        wake = wake.min(renew_at);
+                    } else {
+                        wake = wake.min(renew_at);
+                    }
+                }
+                next_wake = Some(next_wake.map_or(wake, |w| w.min(wake)));
+                true
+            });
+            registry.wake_at = if due.is_empty() && expired.is_empty() {
+                next_wake
+            } else {
+                None
+            };
+        }
+        for held in expired {
+            lose(
+                &watchdog.quorum,
+                &held,
+                "validity ran out before a majority confirmed a renewal",
+            );
+        }
+        if !due.is_empty() {
+            due.append(&mut early);
+            due.retain(|held| held.start_renewal());
+            if !due.is_empty() {
+                renew(&watchdog, &due).await;
+            }
+            continue;
+        }
+        if let Some(at) = next_wake {
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = watchdog.wake.notified() => {}
+                () = closing.cancelled() => {}
+            }
+        }
+    }
+}
+
+/// One tick: renews `due` on every node with one pipeline of renewal
+/// script calls per node, and applies each lock's outcome.
+async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
+    let quorum = &watchdog.quorum;
+    let start = Instant::now();
+    let items: Arc<[RenewItem]> = due.iter().map(|held| held.renew_item()).collect();
+    let calls = Arc::new(Renew::chunks(&items, watchdog.heal));
+    // Confirmations count only while every lock of the batch is still valid.
+    let earliest = due.iter().map(|held| held.valid_until()).min().unwrap_or(start);
+    let deadline = (start + quorum.node_timeout).min(earliest);
+    let mut tallies: Vec<Tally> = due.iter().map(|_| Tally::new(quorum.len())).collect();
+    quorum
+        .gather(
+            deadline,
+            deadline,
+            |i| {
+                let (nodes, calls) = (Arc::clone(&quorum.nodes), Arc::clone(&calls));
+                async move { nodes[i].send_all(&calls).await }
+            },
+            |i, outcome| {
+                // A node whose replicas did not acknowledge (replica-acknowledged
+                // mode) fails for every lock of the batch.
+                match outcome.and_then(|acked| acked) {
+                    Ok(statuses) => {
+                        for (tally, status) in tallies.iter_mut().zip(statuses.into_iter().flatten()) {
+                            if status.confirmed() {
+                                tally.ok += 1;
+                            } else if status == RenewStatus::Foreign {
+                                tally.refuse(i);
+                            }
+                        }
+                    }
+                    // Counted as neither: the lock's outcome needs only the
+                    // confirmations and the foreign tokens.
+                    Err(error) => {
+                        tracing::debug!(node = quorum.nodes[i].name(), ?error, "renewal failed on node");
+                    }
+                }
+                ControlFlow::Continue(())
+            },
+        )
+        .await;
+    // Every node has been handed the round (the requests still pending run
+    // in the background): releases may go now.
+    for held in due {
+        held.end_renewal();
+    }
+    for ((held, item), tally) in due.iter().zip(items.iter()).zip(tallies) {
+        apply(quorum, held, item.ttl, start, &tally);
+    }
+}
+
+/// A lock's outcome of one renewal round that started at `start`.
+fn apply(quorum: &Arc<Quorum>, held: &Arc<Held>, ttl: Duration, start: Instant, tally: &Tally) {
+    if tally.reached() {
+        if held.confirm(start, ttl, quorum.drift(ttl), tally.ok) {
+            held.count_renewal();
+            tracing::trace!(resources = ?held.resources.names(), confirmed = tally.ok, "lock renewed");
+        } else {
+            lose(quorum, held, "validity ran out while the renewal was confirmed");
+        }
+    } else if tally.refused_by_majority() {
+        lose(quorum, held, "a majority of nodes holds another token");
+    } else {
+        // Retry after one more per-node timeout: several tries fit in the
+        // remaining validity (the ttl is far larger than the timeout),
+        // without hammering a struggling node.
+        held.retry_at(Instant::now() + quorum.node_timeout, tally.ok);
+        tracing::debug!(
+            resources = ?held.resources.names(),
+            ?tally,
+            "renewal not confirmed by a majority, retrying"
+        );
+    }
+}
+
+/// Fires the holder's loss signal (once) and releases our token everywhere,
+/// best effort: our keys may still sit on some nodes. The release is sent
+/// even when the holder's local timer fired the signal first.
+fn lose(quorum: &Arc<Quorum>, held: &Arc<Held>, reason: &'static str) {
+    if held.mark_lost() {
+        tracing::warn!(resources = ?held.resources.names(), reason, "lock lost");
+    }
+    if !held.claim_release() {
+        return;
+    }
+    release_in_background(quorum, held);
+}

@@ -1,0 +1,246 @@
+//! The node layer: one Redis node, its connection, the order of requests,
+//! batching, replica acknowledgement and pub/sub.
+//!
+//! It sends [`Request`]s and returns their typed replies; what a request
+//! means (a lock, a fence, a queue) is for the layers above. Timeouts are
+//! not applied here but by the quorum layer, which owns the per-node budget;
+//! what a node does watch is whether its connection still answers at all
+//! (see `Conn::stall_limit`), since a request the quorum layer gave up on
+//! tells the connection nothing.
+
+mod batch;
+mod conn;
+pub(crate) mod pubsub;
+mod replica;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Client, RedisResult, Value};
+
+use self::batch::Batcher;
+use self::conn::Conn;
+pub(crate) use self::replica::Acked;
+pub use self::replica::ReplicaAck;
+use crate::tasks::Tasks;
+use crate::wire::batch::Op;
+use crate::wire::lock::{Acquire, Acquired, Release};
+use crate::wire::{self, Request};
+
+/// One independent Redis master taking part in the quorum.
+///
+/// # Order of requests
+///
+/// Safety needs one ordering guarantee from this type: a request sent after
+/// another one runs after it on the node. A failed acquisition relies on it
+/// (its release must run after a SET that may still be queued on a slow
+/// node), and so does every release after an extend.
+///
+/// Redis runs the commands of one connection in the order it reads them, and
+/// the redis crate's multiplexed connection writes them in the order they
+/// were handed to it. What remains is to hand them over in the order the
+/// requests were made, also while the connection is being (re)established,
+/// when a crate-level reconnecting manager lets waiting requests go in any
+/// order. So every request takes a fair (first come, first served) lock,
+/// connects if needed, hands its command to the connection, and only then
+/// lets the next request in. The lock is never held while waiting for a reply.
+/// A connection with requests still waiting on it is replaced only when
+/// those can no longer run after the requests that follow: it broke, or it
+/// stayed silent while a new connection to the node answered (see
+/// `Conn::replace_if_silent`).
+///
+/// In replica-acknowledged mode ([`ReplicaAck`]) a lock write and its `WAIT`
+/// are handed over as one pipeline, so that they share a connection.
+pub(crate) struct Node {
+    /// `host:port/db` for messages; never contains the password.
+    name: String,
+    connect_timeout: Duration,
+    conn: Arc<Conn>,
+    /// Coalesces concurrent single-key acquires and releases (`None`: off).
+    batcher: Option<Arc<Batcher>>,
+    /// Replica-acknowledged mode: `WAIT` after every lock write.
+    replica_ack: Option<ReplicaAck>,
+}
+
+impl Node {
+    /// A node that connects on first use (building a client needs neither a
+    /// runtime nor a reachable node). With `batching`, concurrent single-key
+    /// acquires and releases are coalesced; with `replica_ack`, every lock
+    /// write is followed by `WAIT`.
+    pub(crate) fn new(
+        client: Client,
+        connect_timeout: Duration,
+        tasks: Arc<Tasks>,
+        batching: bool,
+        replica_ack: Option<ReplicaAck>,
+    ) -> Self {
+        let client = conn::with_socket_options(client);
+        let info = client.get_connection_info();
+        let name = format!("{}/{}", info.addr(), info.redis_settings().db());
+        // A `WAIT` holds back every later reply on its connection: the
+        // stall limit must allow for it.
+        let wait = replica_ack.map(|ack| ack.timeout());
+        Node {
+            name,
+            connect_timeout,
+            conn: Arc::new(Conn::new(client, connect_timeout, wait)),
+            batcher: batching.then(|| Arc::new(Batcher::new(tasks))),
+            replica_ack,
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The client, for connections other than the request connection
+    /// (pub/sub).
+    pub(crate) fn client(&self) -> &Client {
+        self.conn.client()
+    }
+
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
+    }
+
+    /// Sends `request` in request order (see the type docs) and returns its
+    /// reply; in replica-acknowledged mode, a lock write the replicas did
+    /// not acknowledge is the node's error.
+    pub(crate) async fn send<R: Request>(&self, request: &R) -> RedisResult<Acked<R::Reply>> {
+        // Boxed: kept inline, the larger state of this path would be part of
+        // every request's future, batched ones included (each is built and
+        // boxed per node and operation; above about 1 KB an allocation
+        // leaves the allocator's fast path).
+        let (reply, acked) = Box::pin(self.send_direct(request)).await?;
+        Ok(acked.map(|()| reply))
+    }
+
+    /// Sends `request` as a command of its own; in replica-acknowledged
+    /// mode a lock write goes in one pipeline with its `WAIT`. Returns the
+    /// reply and whether the replicas acknowledged it (always outside that
+    /// mode).
+    async fn send_direct<R: Request>(&self, request: &R) -> RedisResult<(R::Reply, Acked<()>)> {
+        let ack = self.replica_ack.filter(|_| request.writes_lock());
+        let Some(ack) = ack else {
+            let reply = self.conn.send(request.command()).await?;
+            return Ok((request.parse(reply)?, Ok(())));
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(request.command()).add_command(ack.wait());
+        let [reply, wait] = <[Value; 2]>::try_from(self.conn.send_pipeline(pipe).await?)
+            .map_err(|_| wire::wrong_reply_count())?;
+        Ok((request.parse(reply)?, ack.check(wait)))
+    }
+
+    /// Takes a lock's keys: in the next batch when batching and the acquire
+    /// is a plain one, else on its own. In replica-acknowledged mode a
+    /// grant the replicas did not acknowledge is taken back before the node
+    /// reports their absence, so that a node that counts as failed keeps no
+    /// key of ours even if the attempt succeeds.
+    pub(crate) async fn acquire(&self, acquire: &Acquire) -> RedisResult<Acked<Acquired>> {
+        if let (Some(batcher), None) = (&self.batcher, &self.replica_ack)
+            && let Some(op) = Op::acquire(acquire)
+        {
+            let granted = batch::submit(batcher, &self.conn, op).await?;
+            return Ok(Ok(Acquired { granted, fence: None }));
+        }
+        // Boxed for the reason `send` boxes.
+        let (acquired, acked) = Box::pin(self.send_direct(acquire)).await?;
+        match acked {
+            Err(missing) if acquired.granted => {
+                let undo = Release::new(Arc::clone(&acquire.keys), Arc::clone(&acquire.token));
+                let undone = Box::pin(self.conn.send(undo.command())).await;
+                if let Err(error) = undone.and_then(|reply| undo.parse(reply)) {
+                    tracing::debug!(node = self.name(), %error, "release of an unacknowledged grant failed");
+                }
+                Ok(Err(missing))
+            }
+            acked => Ok(acked.map(|()| acquired)),
+        }
+    }
+
+    /// Deletes a lock's keys where they hold its token (in the next batch
+    /// when batching and single-key); replies how many it deleted.
+    pub(crate) async fn release(&self, release: &Release) -> RedisResult<usize> {
+        if let Some(batcher) = &self.batcher
+            && let Some(op) = Op::release(release)
+        {
+            return Ok(usize::from(batch::submit(batcher, &self.conn, op).await?));
+        }
+        // A release writes no lock: never followed by `WAIT`.
+        Ok(self.send(release).await?.unwrap_or_default())
+    }
+
+    /// Sends `requests` in request order as one pipeline (one round trip),
+    /// followed by one `WAIT` in replica-acknowledged mode when they write
+    /// locks; a write the replicas did not acknowledge fails them all.
+    pub(crate) async fn send_all<R: Request>(&self, requests: &[R]) -> RedisResult<Acked<Vec<R::Reply>>> {
+        let ack = self
+            .replica_ack
+            .filter(|_| requests.iter().any(Request::writes_lock));
+        let mut pipe = redis::pipe();
+        for request in requests {
+            pipe.add_command(request.command());
+        }
+        if let Some(ack) = &ack {
+            pipe.add_command(ack.wait());
+        }
+        let mut replies = self.conn.send_pipeline(pipe).await?;
+        let acked = match &ack {
+            Some(ack) => ack.check(replies.pop().ok_or_else(wire::wrong_reply_count)?),
+            None => Ok(()),
+        };
+        let parsed = requests
+            .iter()
+            .zip(replies)
+            .map(|(request, reply)| request.parse(reply))
+            .collect::<RedisResult<Vec<_>>>()?;
+        Ok(acked.map(|()| parsed))
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Node").field(&self.name).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::lock::AcquireMode;
+
+    /// Every lock operation builds one request future per node and boxes
+    /// it (see `quorum::gather`), and its size is copied and allocated per
+    /// node and operation. glibc serves allocations of up to 1,032 bytes
+    /// from a per-thread cache; larger ones take its general path, which is
+    /// measurably slower under load. Under load nearly every request waits
+    /// in its node's batch queue, which needs little state; sending a
+    /// request directly (the connection's ordered hand-over) needs more and
+    /// is boxed on its own (`batch::submit`, `Node::send_direct`). The limit
+    /// keeps the futures small, with room to grow.
+    #[test]
+    fn request_futures_stay_small() {
+        const LIMIT: usize = 512;
+        let client = Client::open("redis://127.0.0.1:1/").expect("a valid URL");
+        let node = Node::new(client, Duration::from_secs(1), Arc::default(), true, None);
+        let keys: Arc<[String]> = Arc::from(["k".to_owned()]);
+        let token: Arc<str> = Arc::from("token");
+        let acquire = Acquire {
+            keys: Arc::clone(&keys),
+            token: Arc::clone(&token),
+            ttl_ms: 1000,
+            mode: AcquireMode::Plain,
+        };
+        let release = Release::new(keys, token);
+        let sizes = (
+            size_of_val(&node.send(&acquire)),
+            size_of_val(&node.send(&release)),
+        );
+        assert!(
+            sizes.0 <= LIMIT && sizes.1 <= LIMIT,
+            "acquire, release: {sizes:?} bytes"
+        );
+    }
+}

@@ -1,0 +1,203 @@
+//! A node's pub/sub connection: one channel, subscribed while someone
+//! listens, kept alive, and re-established after the node drops it.
+//!
+//! The hand-off uses it for wake-ups (each client listens on its own
+//! channel); what the messages mean is the listener's business.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::Node;
+use crate::config::{LINGER, PUBSUB_PING, RESUBSCRIBE_BASE, RESUBSCRIBE_CAP};
+
+/// Who receives a channel's messages.
+pub(crate) trait Listener: Send + Sync {
+    /// A message on `channel`.
+    fn deliver(&self, channel: &str, message: &[u8]);
+
+    /// Nobody waits for messages: the channel may be unsubscribed (after
+    /// [`LINGER`]).
+    fn idle(&self) -> bool;
+}
+
+/// What the listener's side asks of a subscriber task.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Subscribe the channel; answer once the node confirmed.
+    Subscribe(oneshot::Sender<()>),
+    /// Nobody listens any more: unsubscribe after [`LINGER`].
+    Unsubscribe,
+}
+
+/// Capped exponential backoff with jitter between one subscriber's
+/// reconnection attempts (see [`RESUBSCRIBE_CAP`](crate::config::RESUBSCRIBE_CAP)).
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff {
+            next: RESUBSCRIBE_BASE,
+        }
+    }
+
+    /// The pause before the next attempt: a random time between half the
+    /// current step and the step, which then doubles up to the cap. Random,
+    /// so that the subscribers of many clients, cut off together, do not
+    /// come back in lockstep; never below half the step, so that the pace
+    /// stays bounded.
+    fn pause(&mut self) -> Duration {
+        let step = self.next;
+        self.next = (step * 2).min(RESUBSCRIBE_CAP);
+        step / 2 + step.mul_f64(rand::random::<f64>() / 2.0)
+    }
+
+    /// The node answered on a new connection: the next failure is retried
+    /// soon again.
+    fn reset(&mut self) {
+        self.next = RESUBSCRIBE_BASE;
+    }
+}
+
+/// Completes at `at`, or never for `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One node's pub/sub connection for `channel`: applies subscribe commands,
+/// hands messages to the listener, and reconnects and resubscribes when the
+/// connection drops. Ends when the listener is gone or the command sender is
+/// dropped.
+pub(crate) async fn subscriber(
+    nodes: Arc<[Node]>,
+    index: usize,
+    listener: Weak<dyn Listener>,
+    channel: String,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let node = &nodes[index];
+    let mut backoff = Backoff::new();
+    loop {
+        let connected = tokio::time::timeout(node.connect_timeout(), node.client().get_async_pubsub()).await;
+        let Ok(Ok(pubsub)) = connected else {
+            tokio::time::sleep(backoff.pause()).await;
+            // Confirm nothing while down: waiters fall back to polling.
+            while let Ok(command) = commands.try_recv() {
+                drop(command);
+            }
+            if listener.strong_count() == 0 {
+                return;
+            }
+            continue;
+        };
+        let (mut sink, mut stream) = pubsub.split();
+        let waiting = match listener.upgrade() {
+            Some(listener) => !listener.idle(),
+            None => return,
+        };
+        // Whether the channel is subscribed on this connection, and until
+        // when it stays so with no waiter (see [`LINGER`](crate::config::LINGER)).
+        let mut subscribed = waiting;
+        let mut linger_until: Option<Instant> = None;
+        // The connection counts as working once the node answered on it
+        // (the subscription's confirmation, or a PING): a node that accepts
+        // connections and then drops or ignores them is backed off like one
+        // that refuses them.
+        let answered = if waiting {
+            tokio::time::timeout(node.connect_timeout(), sink.subscribe(&channel)).await
+        } else {
+            tokio::time::timeout(node.connect_timeout(), sink.ping::<redis::Value>())
+                .await
+                .map(|pong| pong.map(drop))
+        };
+        if !matches!(answered, Ok(Ok(()))) {
+            // E.g. no channel permission: retry at the reconnect pace.
+            tokio::time::sleep(backoff.pause()).await;
+            continue;
+        }
+        backoff.reset();
+        let mut health = tokio::time::interval(PUBSUB_PING);
+        health.tick().await;
+        loop {
+            tokio::select! {
+                _ = health.tick() => {
+                    let ping = tokio::time::timeout(node.connect_timeout(), sink.ping::<redis::Value>()).await;
+                    if !matches!(ping, Ok(Ok(_))) {
+                        break;
+                    }
+                }
+                () = sleep_until_some(linger_until) => {
+                    linger_until = None;
+                    let idle = listener.upgrade().is_none_or(|listener| listener.idle());
+                    // A waiter that joined meanwhile keeps the subscription
+                    // (its Subscribe, still queued, is confirmed at once).
+                    if idle {
+                        subscribed = false;
+                        if sink.unsubscribe(&channel).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                command = commands.recv() => match command {
+                    None => return,
+                    Some(Command::Subscribe(done)) => {
+                        linger_until = None;
+                        if !subscribed {
+                            if sink.subscribe(&channel).await.is_err() {
+                                break;
+                            }
+                            subscribed = true;
+                        }
+                        let _ = done.send(());
+                    }
+                    Some(Command::Unsubscribe) => {
+                        if subscribed {
+                            linger_until = Some(Instant::now() + LINGER);
+                        }
+                    }
+                },
+                message = stream.next() => match (message, listener.upgrade()) {
+                    (Some(message), Some(listener)) => {
+                        listener.deliver(message.get_channel_name(), message.get_payload_bytes());
+                    }
+                    (None, _) => break,
+                    (_, None) => return,
+                },
+            }
+        }
+        tracing::debug!(node = node.name(), "pub/sub connection lost, resubscribing");
+        tokio::time::sleep(backoff.pause()).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each pause lies in the upper half of its step, the steps double up to
+    /// the cap, and a reset starts over.
+    #[test]
+    fn reconnection_pauses_double_up_to_the_cap_and_reset() {
+        let mut backoff = Backoff::new();
+        let mut step = RESUBSCRIBE_BASE;
+        for _ in 0..12 {
+            let pause = backoff.pause();
+            assert!(
+                pause >= step / 2 && pause <= step,
+                "{pause:?} for a step of {step:?}"
+            );
+            step = (step * 2).min(RESUBSCRIBE_CAP);
+        }
+        assert_eq!(step, RESUBSCRIBE_CAP, "capped");
+        backoff.reset();
+        assert!(backoff.pause() <= RESUBSCRIBE_BASE, "back to the first step");
+    }
+}

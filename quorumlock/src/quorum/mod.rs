@@ -1,0 +1,212 @@
+//! The quorum layer: concurrent fan-out to all nodes, majority counting
+//! ([`Tally`]), early exit and the validity arithmetic. Acquire, extend,
+//! release, fencing, the hand-off queues, idempotency keys and the
+//! watchdog's renewals all go through [`Quorum::gather`], so deadlines and
+//! the quorum rules live in one place.
+
+mod gather;
+mod tally;
+
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::RedisResult;
+use tokio::time::Instant;
+
+use self::gather::{Answer, fan_out, gather, send_all};
+pub(crate) use self::tally::{Tally, Until, quorum};
+use crate::config::{FAR_FUTURE, MAX_TTL};
+use crate::error::{Error, NodeErrorKind, Result as LockResult};
+use crate::node::Node;
+use crate::tasks::Tasks;
+use crate::wire::Request;
+
+/// The nodes of one client, the client's background work, and its timing
+/// settings: everything a fan-out needs.
+#[derive(Debug)]
+pub(crate) struct Quorum {
+    pub(crate) nodes: Arc<[Node]>,
+    pub(crate) tasks: Arc<Tasks>,
+    /// How long each node has to answer one request.
+    pub(crate) node_timeout: Duration,
+    /// The clock drift allowance, `ttl * factor + fixed` (see [`drift`]).
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_fixed: Duration,
+}
+
+impl Quorum {
+    /// Number of configured nodes.
+    pub(crate) fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Nodes that must agree: a majority of all of them.
+    pub(crate) fn majority(&self) -> usize {
+        quorum(self.nodes.len())
+    }
+
+    /// The deadline of a request sent now: one node timeout away.
+    pub(crate) fn deadline(&self) -> Instant {
+        Instant::now() + self.node_timeout
+    }
+
+    /// See [`gather`]: sends `op(i)` to every node `i` at once and feeds
+    /// each outcome to `on_reply`.
+    pub(crate) async fn gather<T, F, Fut>(
+        &self,
+        deadline: Instant,
+        finish_by: Instant,
+        op: F,
+        on_reply: impl FnMut(usize, Result<T, NodeErrorKind>) -> ControlFlow<()>,
+    ) where
+        T: Send + 'static,
+        F: FnMut(usize) -> Fut,
+        Fut: Future<Output = RedisResult<T>> + Send + 'static,
+    {
+        gather(&self.nodes, &self.tasks, deadline, finish_by, op, on_reply).await;
+    }
+
+    /// See [`fan_out`]: [`Quorum::gather`] for yes/no answers, counted.
+    pub(crate) async fn fan_out<A, F, Fut>(
+        &self,
+        deadline: Instant,
+        finish_by: Instant,
+        until: Until,
+        op: F,
+    ) -> Tally
+    where
+        A: Answer,
+        F: FnMut(usize) -> Fut,
+        Fut: Future<Output = RedisResult<A>> + Send + 'static,
+    {
+        fan_out(&self.nodes, &self.tasks, deadline, finish_by, until, op).await
+    }
+
+    /// Sends the same `request` to every node and counts a node's reply as
+    /// a yes when `yes` says so, until the point `until` names (see
+    /// [`Quorum::fan_out`]).
+    pub(crate) async fn ask<R>(
+        &self,
+        request: &Arc<R>,
+        deadline: Instant,
+        finish_by: Instant,
+        until: Until,
+        yes: fn(&R::Reply) -> bool,
+    ) -> Tally
+    where
+        R: Request + Send + Sync + 'static,
+        R::Reply: Send,
+    {
+        self.fan_out(deadline, finish_by, until, |i| {
+            let (nodes, request) = (Arc::clone(&self.nodes), Arc::clone(request));
+            async move { Ok(nodes[i].send(&*request).await?.map(|reply| yes(&reply))) }
+        })
+        .await
+    }
+
+    /// Hands `request` to the nodes `which` and returns without waiting for
+    /// the replies (see [`send_all`]).
+    pub(crate) async fn tell<R>(&self, which: &[usize], finish_by: Instant, request: Arc<R>)
+    where
+        R: Request + Send + Sync + 'static,
+        R::Reply: Send + 'static,
+    {
+        send_all(which.len(), &self.tasks, finish_by, |j| {
+            let (nodes, request, node) = (Arc::clone(&self.nodes), Arc::clone(&request), which[j]);
+            async move { nodes[node].send(&*request).await }
+        })
+        .await;
+    }
+
+    /// The drift allowance for `ttl` (see [`drift`]).
+    pub(crate) fn drift(&self, ttl: Duration) -> Duration {
+        drift(ttl, self.drift_factor, self.drift_fixed)
+    }
+
+    /// Checks that `requested` leaves room for the per-node timeout, the
+    /// drift and `min_validity`, and returns it cut to whole milliseconds
+    /// (the unit Redis stores, so the validity is computed from the ttl the
+    /// nodes really apply) with its drift allowance.
+    pub(crate) fn check_ttl(
+        &self,
+        requested: Duration,
+        min_validity: Duration,
+    ) -> LockResult<(Duration, Duration)> {
+        let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
+        if ttl.is_zero() || ttl > MAX_TTL {
+            return Err(Error::Config(format!(
+                "ttl must be at least 1 ms and at most {MAX_TTL:?}, got {requested:?}"
+            )));
+        }
+        let drift = self.drift(ttl);
+        let timeout = self.node_timeout;
+        if drift.saturating_add(timeout) >= ttl || min_validity.saturating_add(drift) >= ttl {
+            return Err(Error::Config(format!(
+                "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout \
+                 {timeout:?} and the minimum validity {min_validity:?}"
+            )));
+        }
+        Ok((ttl, drift))
+    }
+}
+
+/// The instant `after` from now, or one so far ahead that it never comes
+/// (for a wait or a timeout of `Duration::MAX`, "no limit"): an `Instant`
+/// cannot hold every `Duration`, and adding one that does not fit panics.
+pub(crate) fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after).unwrap_or(now + FAR_FUTURE)
+}
+
+/// The clock drift allowance for a ttl: `ttl * factor + fixed`.
+///
+/// Nodes expire keys by their own clocks, which may run faster than ours;
+/// the reference Redlock implementation allows 1 % of the ttl plus 2 ms for
+/// the granularity of Redis expiry (the defaults in `config`).
+pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
+    ttl.mul_f64(factor).saturating_add(fixed)
+}
+
+/// `ttl - elapsed - drift`, or `None` when nothing is left.
+///
+/// `elapsed` is measured on the monotonic clock from before the first request
+/// was sent, so it covers the slowest node we counted and all scheduling.
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+    ttl.checked_sub(elapsed)?
+        .checked_sub(drift)
+        .filter(|v| !v.is_zero())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quorum_is_a_strict_majority_of_all_nodes() {
+        assert_eq!((1..=7).map(quorum).collect::<Vec<_>>(), vec![1, 2, 2, 3, 3, 4, 4]);
+        for n in 1..=50 {
+            // Two quorums always intersect.
+            assert!(2 * quorum(n) > n);
+        }
+    }
+
+    #[test]
+    fn drift_is_one_percent_plus_two_ms_by_default() {
+        let d = drift(
+            Duration::from_secs(30),
+            crate::config::DEFAULT_DRIFT_FACTOR,
+            crate::config::DEFAULT_DRIFT_FIXED,
+        );
+        assert_eq!(d, Duration::from_millis(302));
+    }
+
+    #[test]
+    fn validity_subtracts_elapsed_and_drift_and_never_goes_negative() {
+        let ms = Duration::from_millis;
+        assert_eq!(validity(ms(1000), ms(100), ms(12)), Some(ms(888)));
+        assert_eq!(validity(ms(1000), ms(988), ms(12)), None);
+        assert_eq!(validity(ms(1000), ms(2000), ms(12)), None);
+    }
+}

@@ -1,0 +1,47 @@
+//! Lua scripts as the nodes run them: by SHA1, loaded on every connection.
+
+use std::sync::LazyLock;
+
+use redis::Cmd;
+
+/// A lock script: its source and SHA1, by which it is called.
+pub(crate) struct Script {
+    pub(crate) source: &'static str,
+    sha: LazyLock<String>,
+}
+
+impl Script {
+    pub(crate) const fn new(source: &'static str, hash: fn() -> String) -> Script {
+        Script {
+            source,
+            sha: LazyLock::new(hash),
+        }
+    }
+
+    /// An `EVALSHA` of this script with `keys` in `KEYS`; append the `ARGV`
+    /// values with `arg`.
+    pub(crate) fn call<K: redis::ToRedisArgs>(&self, key_count: usize, keys: K) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&*self.sha).arg(key_count).arg(keys);
+        cmd
+    }
+}
+
+/// Declares a [`Script`] static from a source expression.
+macro_rules! script {
+    ($(#[$doc:meta])* $name:ident = $source:expr;) => {
+        $(#[$doc])*
+        pub(crate) static $name: $crate::wire::script::Script = $crate::wire::script::Script::new($source, || {
+            redis::Script::new($source).get_hash().to_owned()
+        });
+    };
+}
+pub(crate) use script;
+
+/// The most keys one lock may have: bounds the work of every per-lock
+/// script, each of which touches every key of its lock (and the keys derived
+/// from it) a constant number of times, and keeps one lock within a renewal
+/// call ([`lock::RENEW_CHUNK_KEYS`]). Sixty-four keys keep each of them in
+/// the tens of microseconds. The client's per-lock resource limit must not
+/// exceed it.
+pub(crate) const MAX_LOCK_KEYS: usize = 64;
