@@ -19,6 +19,8 @@ fi
 # Library, CLI (with its demo), test kit, integration tests and the
 # README/rustdoc examples.
 cargo test --features quorumlock-cli/demo
+# The API docs build without a broken link.
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 # The optional features must keep compiling; the blocking client has its own tests.
 cargo check -p quorumlock --features tls,blocking
 cargo check -p quorumlock-cli

@@ -21,7 +21,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(30);
 /// lease; hold longer with renewal. The bound keeps every deadline the
 /// library computes (start + ttl on the monotonic clock, now + ttl in
 /// milliseconds on the nodes) far from overflow, so that an absurd setting
-/// is an [`Error::Config`], never a panic.
+/// is an [`Error::Config`](crate::Error::Config), never a panic.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
 /// Default time each node has to answer one request.

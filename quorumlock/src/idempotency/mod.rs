@@ -4,7 +4,7 @@
 //! # Protocol
 //!
 //! One call of [`Idempotency::run`] goes through up to three steps, each a
-//! concurrent fan-out to every node through [`quorum::fan_out`], bounded by
+//! concurrent fan-out to every node through `Quorum::fan_out`, bounded by
 //! the client's per-node timeout:
 //!
 //! 1. **Claim.** The [`CLAIM`](crate::wire::idempotency::CLAIM) script sets the key to our

@@ -54,7 +54,7 @@ pub struct Guard {
     held: Arc<Held>,
     /// The least validity an extend must leave ([`crate::LockOptions::min_validity`]).
     min_validity: Duration,
-    /// Registration with the client's holders (see [`Holders`]).
+    /// Registration with the client's holders (see `Holders`).
     holder: u64,
     /// Registration with the watchdog, when auto-renewed.
     renewal: Option<u64>,
@@ -144,7 +144,7 @@ impl Guard {
     /// majority of nodes, or at the latest when [`Guard::valid_until`] passes
     /// without a confirmed renewal (a local timer, so it fires on time even
     /// when every node hangs), or when the client is shut down
-    /// ([`Redlock::shutdown`] releases every lock). Completes at once if the
+    /// ([`Redlock::shutdown`](crate::Redlock::shutdown) releases every lock). Completes at once if the
     /// lock is already lost.
     ///
     /// # Cancel safety
@@ -170,7 +170,7 @@ impl Guard {
     ///   majority in time.
     /// - [`Error::ValidityUsedUp`] when the new validity is below the minimum.
     /// - [`Error::Config`] for a ttl the client rejects (see
-    ///   [`Redlock::try_lock`]).
+    ///   [`Redlock::try_lock`](crate::Redlock::try_lock)).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let quorum = &self.shared.quorum;
         let (ttl, drift) = quorum.check_ttl(ttl, self.min_validity)?;

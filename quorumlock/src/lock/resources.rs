@@ -26,7 +26,7 @@ impl Resources {
 
     /// Checks the names: at least one and at most [`MAX_RESOURCES`], none
     /// empty, none twice, none in the reserved namespace
-    /// ([`RESERVED_PREFIX`](crate::RESERVED_PREFIX)).
+    /// ([`RESERVED_PREFIX`]).
     pub(crate) fn validated(self) -> Result<Self> {
         if self.0.is_empty() {
             return Err(Error::Config("no resource given".into()));

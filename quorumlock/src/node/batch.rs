@@ -12,7 +12,7 @@
 //! - requests that arrive while the node is busier queue up, and a
 //!   background task sends them as batch script calls
 //!   ([`wire::batch`](crate::wire::batch), at most
-//!   [`BATCH_MAX`](crate::wire::batch::BATCH_MAX) requests each), with up to two batches in flight so that
+//!   [`BATCH_MAX`] requests each), with up to two batches in flight so that
 //!   the node runs one while the client answers the other's callers (see
 //!   [`BATCHES_IN_FLIGHT`] and `take` for when the next batch goes).
 //!
@@ -118,11 +118,8 @@ impl Batcher {
 /// reached without it). Eight, because a batch of a few requests costs more
 /// than sending them directly: redis-rs pipelines direct commands over the
 /// one connection, while a batch adds a hop through the flush task and a
-/// wake-up. With two, eight concurrent lock+unlock loops driven from one
-/// task on one node ran at 0.39x the pipelined raw commands in batches of
-/// three; with eight they go directly, at 1.04x. Beyond eight the node is
-/// busy and batching pays: with 64 and 256 tasks the two limits measured the
-/// same within the noise (`cargo bench -p quorumlock --bench throughput`).
+/// wake-up, so a few concurrent loops are faster sent directly. Beyond eight
+/// the node is busy and batching pays (docs/benchmarks.md has the figures).
 const DIRECT_LIMIT: usize = 8;
 
 /// Sends `op` (at once when the node is not busy, else with the next batch)
@@ -187,9 +184,7 @@ impl Drop for Direct {
 /// Two, so that the node and the client work at the same time: while the
 /// node runs one batch, the client answers the callers of the other and
 /// gathers their next requests. With one batch in flight they take turns,
-/// and each waits while the other works: with one node and 256 tasks that
-/// left throughput at about 0.6x that of pipelined single commands, each
-/// process busy half the time.
+/// and each waits while the other works, busy half the time.
 const BATCHES_IN_FLIGHT: usize = 2;
 
 /// Sends queued requests in batches, at most [`BATCHES_IN_FLIGHT`] in flight
@@ -237,10 +232,8 @@ async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
 /// most [`BATCH_MAX`]), but only once that holds at least half as many
 /// requests as the batch in flight; until then the queue keeps gathering,
 /// and the node is spared a stream of small batches, each of which costs it
-/// a wake-up and a script call. With 200 tasks on 3 nodes that halves the
-/// script calls of sending whatever is queued whenever a batch may go
-/// (`concurrent_requests_on_distinct_keys_share_script_calls`), at the same
-/// throughput within the noise of alternating `--loop` runs.
+/// a wake-up and a script call (the batching tests count the script calls
+/// this saves).
 fn take(batcher: &Batcher, carried: usize) -> Option<Vec<(Op, Reply)>> {
     let mut state = batcher.state();
     let queued = state.queue.len();

@@ -34,7 +34,7 @@ pub(crate) enum Command {
 }
 
 /// Capped exponential backoff with jitter between one subscriber's
-/// reconnection attempts (see [`RESUBSCRIBE_CAP`](crate::config::RESUBSCRIBE_CAP)).
+/// reconnection attempts (see [`RESUBSCRIBE_CAP`]).
 struct Backoff {
     next: Duration,
 }

@@ -52,7 +52,7 @@ impl Quorum {
         Instant::now() + self.node_timeout
     }
 
-    /// See [`gather`]: sends `op(i)` to every node `i` at once and feeds
+    /// See [`gather()`]: sends `op(i)` to every node `i` at once and feeds
     /// each outcome to `on_reply`.
     pub(crate) async fn gather<T, F, Fut>(
         &self,

@@ -25,7 +25,7 @@ pub(crate) enum Until {
     /// lock is free for others once a majority confirmed, and waiting for the
     /// slowest (or a dead) node would only add its latency (up to the node
     /// timeout) to every release. The remaining requests still run, in the
-    /// background (see [`gather`]).
+    /// background (see `gather`).
     Answered,
     /// Every node answered or timed out.
     All,

@@ -4,7 +4,7 @@
 //! implements [`Request`]: it builds its command and parses the reply to
 //! it, next to the Lua script it calls (if any), so that what is sent and
 //! what is expected back are written once, together. Replies are typed
-//! ([`Acquired`], [`RenewStatus`], ...); a reply of the wrong shape is an
+//! ([`Acquired`](lock::Acquired), [`RenewStatus`](lock::RenewStatus), ...); a reply of the wrong shape is an
 //! error of that node, never a yes.
 //!
 //! Every key a script touches is passed in `KEYS`, and every key the
