@@ -16,7 +16,7 @@ use super::state::Held;
 use super::waiter::queue::{self, Refusals};
 use crate::error::{Error, Result};
 use crate::options::LockOptions;
-use crate::quorum::{self, Quorum, Tally, Until};
+use crate::quorum::{self, Tally, Until};
 use crate::random;
 use crate::tasks::Work;
 use crate::wire::keys;
@@ -39,28 +39,26 @@ pub(crate) async fn attempt(
     ttl: Duration,
     queue: Option<&QueueEntry>,
 ) -> Result<Guard> {
-    let quorum = &shared.quorum;
-    let (ttl, drift) = quorum.check_ttl(ttl, options.min_validity)?;
+    let (ttl, drift) = shared.quorum.check_ttl(ttl, options.min_validity)?;
     if shared.is_closed() {
         return Err(Error::Closed);
     }
-    let token: Arc<str> = random::token().into();
-    let mut undo = Undo {
-        quorum,
+    let attempt = Attempt {
+        shared,
+        options,
         resources,
-        token: &token,
+        token: random::token().into(),
         ttl,
+        drift,
+        start: Instant::now(),
+    };
+    let mut undo = Undo {
+        attempt: &attempt,
         armed: true,
     };
-    let start = Instant::now();
-    let valid_until = start + ttl - drift;
-    let round = acquire_everywhere(quorum, options, resources, &token, ttl, queue, valid_until).await;
+    let round = attempt.acquire_everywhere(queue).await;
     let failure = if round.tally.reached() {
-        match finish(
-            shared, options, resources, &token, ttl, drift, start, &round, queue,
-        )
-        .await
-        {
+        match attempt.finish(&round, queue).await {
             Ok(held) => {
                 undo.armed = false;
                 let guard = Guard::new(shared, held, options.auto_renew, options.min_validity);
@@ -83,7 +81,7 @@ pub(crate) async fn attempt(
             errors: round.tally.errors,
         }
     };
-    tracing::debug!(resources = ?resources.names(), elapsed = ?start.elapsed(), error = %failure, "lock attempt failed");
+    tracing::debug!(resources = ?resources.names(), elapsed = ?attempt.start.elapsed(), error = %failure, "lock attempt failed");
     // Every node gets the release: a node that has not answered yet still
     // gets it queued behind its SET on the same connection (so it runs after
     // the SET). The caller waits until a majority confirmed (then no
@@ -91,18 +89,30 @@ pub(crate) async fn attempt(
     // attempt's budget, so a hung node cannot hold it past the per-node
     // timeout; the rest completes in the background. Nodes that refused our
     // SET hold nothing of ours and are skipped.
-    let release = Release::new(Arc::clone(resources.keys()), Arc::clone(&token));
+    let finish_by = attempt.start + ttl;
     release_all(
-        quorum,
-        release,
+        &shared.quorum,
+        attempt.release(),
         round.deadline,
-        start + ttl,
+        finish_by,
         Until::Answered,
         &round.refused_by,
     )
     .await;
     undo.armed = false;
     Err(failure)
+}
+
+/// One attempt in progress: its token, ttl and drift, and when it began
+/// (before the first request, so that the validity covers everything).
+struct Attempt<'a> {
+    shared: &'a Arc<Shared>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
+    token: Arc<str>,
+    ttl: Duration,
+    drift: Duration,
+    start: Instant,
 }
 
 /// The answers of every node to one attempt's acquire.
@@ -118,114 +128,108 @@ struct Round {
     refusals: Option<Arc<Refusals>>,
 }
 
-/// Sends the acquire to every node and counts the grants until the outcome
-/// is certain or the per-node timeout passed.
-async fn acquire_everywhere(
-    quorum: &Arc<Quorum>,
-    options: &LockOptions,
-    resources: &Resources,
-    token: &Arc<str>,
-    ttl: Duration,
-    queue: Option<&QueueEntry>,
-    valid_until: Instant,
-) -> Round {
-    let mode = match queue {
-        _ if options.fenced => {
-            AcquireMode::Fenced(resources.names().iter().map(|r| keys::fence(r)).collect())
-        }
-        Some(entry) => AcquireMode::Queued(Arc::new(entry.clone())),
-        None => AcquireMode::Plain,
-    };
-    let request = Arc::new(Acquire {
-        keys: Arc::clone(resources.keys()),
-        token: Arc::clone(token),
-        ttl_ms: crate::wire::millis(ttl),
-        mode,
-    });
-    let fence_floor = options.fenced.then(|| Arc::new(AtomicU64::new(0)));
-    let refusals = queue.map(|_| Arc::new(Refusals::default()));
-    let deadline = quorum.deadline();
-    // A waiter's requests are driven past the attempt's deadline, until its
-    // validity would have ended: a refusal that comes late must still take
-    // the waiter off that node's queue (see `Refusals`).
-    let finish_by = if queue.is_some() { valid_until } else { deadline };
-    let tally = quorum
-        .fan_out(deadline, finish_by, Until::Decided, |i| {
-            let (nodes, request) = (Arc::clone(&quorum.nodes), Arc::clone(&request));
-            let (fence_floor, refusals) = (fence_floor.clone(), refusals.clone());
-            // Only a waiter's attempt sends more from the request itself.
-            let leaver = queue.map(|_| Arc::clone(quorum));
-            async move {
-                let reply = nodes[i].acquire(&request).await;
-                if let (Some(floor), Ok(Ok(acquired))) = (&fence_floor, &reply) {
-                    floor.fetch_max(acquired.fence.unwrap_or(0), Ordering::Relaxed);
-                }
-                // A refusal queued the waiter there (see `Refusals`). Boxed:
-                // the rare path stays out of every request's future.
-                if let (Some(quorum), Some(refusals), AcquireMode::Queued(entry), Ok(Ok(acquired))) =
-                    (&leaver, &refusals, &request.mode, &reply)
-                    && !acquired.granted
-                    && refusals.refused(i)
-                {
-                    Box::pin(queue::leave(quorum, entry, &[i], valid_until)).await;
-                }
-                reply.map(|acked| acked.map(|acquired| acquired.granted))
-            }
-        })
-        .await;
-    Round {
-        refused_by: tally.refused_by.clone(),
-        tally,
-        deadline,
-        fence_floor: fence_floor.map(|floor| floor.load(Ordering::Relaxed)),
-        refusals,
+impl Attempt<'_> {
+    /// `start + ttl - drift`: until when a lock taken now is ours.
+    fn valid_until(&self) -> Instant {
+        self.start + self.ttl - self.drift
     }
-}
 
-/// A majority granted: agrees on the fencing token (when fenced), checks
-/// the validity left, and takes a waiter off the queues of the nodes that
-/// refused. Returns the held lock.
-#[allow(clippy::too_many_arguments)]
-async fn finish(
-    shared: &Shared,
-    options: &LockOptions,
-    resources: &Resources,
-    token: &Arc<str>,
-    ttl: Duration,
-    drift: Duration,
-    start: Instant,
-    round: &Round,
-    queue: Option<&QueueEntry>,
-) -> Result<Held> {
-    let quorum = &shared.quorum;
-    let valid_until = start + ttl - drift;
-    let fence = match round.fence_floor {
-        Some(floor) => Some(fence::propose(quorum, resources.names(), floor, valid_until).await?),
-        None => None,
-    };
-    let elapsed = start.elapsed();
-    let min = options.min_validity;
-    match quorum::validity(ttl, elapsed, drift) {
-        Some(left) if left >= min => {
-            tracing::debug!(resources = ?resources.names(), granted = round.tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
+    /// The owner-checked delete of what this attempt may have set.
+    fn release(&self) -> Release {
+        Release::new(Arc::clone(self.resources.keys()), Arc::clone(&self.token))
+    }
+
+    /// Sends the acquire to every node and counts the grants until the
+    /// outcome is certain or the per-node timeout passed.
+    async fn acquire_everywhere(&self, queue: Option<&QueueEntry>) -> Round {
+        let (quorum, options, resources) = (&self.shared.quorum, self.options, self.resources);
+        let mode = match queue {
+            _ if options.fenced => {
+                AcquireMode::Fenced(resources.names().iter().map(|r| keys::fence(r)).collect())
+            }
+            Some(entry) => AcquireMode::Queued(Arc::new(entry.clone())),
+            None => AcquireMode::Plain,
+        };
+        let request = Arc::new(Acquire {
+            keys: Arc::clone(resources.keys()),
+            token: Arc::clone(&self.token),
+            ttl_ms: crate::wire::millis(self.ttl),
+            mode,
+        });
+        let fence_floor = options.fenced.then(|| Arc::new(AtomicU64::new(0)));
+        let refusals = queue.map(|_| Arc::new(Refusals::default()));
+        let deadline = quorum.deadline();
+        let valid_until = self.valid_until();
+        // A waiter's requests are driven past the attempt's deadline, until
+        // its validity would have ended: a refusal that comes late must still
+        // take the waiter off that node's queue (see `Refusals`).
+        let finish_by = if queue.is_some() { valid_until } else { deadline };
+        let tally = quorum
+            .fan_out(deadline, finish_by, Until::Decided, |i| {
+                let (nodes, request) = (Arc::clone(&quorum.nodes), Arc::clone(&request));
+                let (fence_floor, refusals) = (fence_floor.clone(), refusals.clone());
+                // Only a waiter's attempt sends more from the request itself.
+                let leaver = queue.map(|_| Arc::clone(quorum));
+                async move {
+                    let reply = nodes[i].acquire(&request).await;
+                    if let (Some(floor), Ok(Ok(acquired))) = (&fence_floor, &reply) {
+                        floor.fetch_max(acquired.fence.unwrap_or(0), Ordering::Relaxed);
+                    }
+                    // A refusal queued the waiter there (see `Refusals`).
+                    // Boxed: the rare path stays out of every request's future.
+                    if let (Some(quorum), Some(refusals), AcquireMode::Queued(entry), Ok(Ok(acquired))) =
+                        (&leaver, &refusals, &request.mode, &reply)
+                        && !acquired.granted
+                        && refusals.refused(i)
+                    {
+                        Box::pin(queue::leave(quorum, entry, &[i], valid_until)).await;
+                    }
+                    reply.map(|acked| acked.map(|acquired| acquired.granted))
+                }
+            })
+            .await;
+        Round {
+            refused_by: tally.refused_by.clone(),
+            tally,
+            deadline,
+            fence_floor: fence_floor.map(|floor| floor.load(Ordering::Relaxed)),
+            refusals,
         }
-        _ => return Err(Error::ValidityUsedUp { elapsed, ttl, min }),
     }
-    if let (Some(entry), Some(refusals)) = (queue, &round.refusals) {
-        // The nodes that granted took the waiter off their queue in the same
-        // call; those that refused still list it.
-        queue::leave(quorum, entry, &refusals.taken(), valid_until).await;
+
+    /// A majority granted: agrees on the fencing token (when fenced), checks
+    /// the validity left, and takes a waiter off the queues of the nodes that
+    /// refused. Returns the held lock.
+    async fn finish(&self, round: &Round, queue: Option<&QueueEntry>) -> Result<Held> {
+        let (quorum, resources) = (&self.shared.quorum, self.resources);
+        let valid_until = self.valid_until();
+        let fence = match round.fence_floor {
+            Some(floor) => Some(fence::propose(quorum, resources.names(), floor, valid_until).await?),
+            None => None,
+        };
+        let (ttl, elapsed, min) = (self.ttl, self.start.elapsed(), self.options.min_validity);
+        match quorum::validity(ttl, elapsed, self.drift) {
+            Some(left) if left >= min => {
+                tracing::debug!(resources = ?resources.names(), granted = round.tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
+            }
+            _ => return Err(Error::ValidityUsedUp { elapsed, ttl, min }),
+        }
+        if let (Some(entry), Some(refusals)) = (queue, &round.refusals) {
+            // The nodes that granted took the waiter off their queue in the
+            // same call; those that refused still list it.
+            queue::leave(quorum, entry, &refusals.taken(), valid_until).await;
+        }
+        Ok(Held::new(
+            resources.clone(),
+            Arc::clone(&self.token),
+            fence,
+            ttl,
+            self.start,
+            valid_until,
+            round.tally.ok,
+            self.options,
+        ))
     }
-    Ok(Held::new(
-        resources.clone(),
-        Arc::clone(token),
-        fence,
-        ttl,
-        start,
-        valid_until,
-        round.tally.ok,
-        options,
-    ))
 }
 
 /// Releases the keys of an attempt dropped before it finished (its caller
@@ -234,10 +238,7 @@ async fn finish(
 /// over after them, runs after them on each node. Sent in the background
 /// as tracked work (see `Redlock::shutdown`).
 struct Undo<'a> {
-    quorum: &'a Arc<Quorum>,
-    resources: &'a Resources,
-    token: &'a Arc<str>,
-    ttl: Duration,
+    attempt: &'a Attempt<'a>,
     /// Cleared once the attempt ends on its own: with a lock that a guard
     /// will own, or after its own release.
     armed: bool,
@@ -248,12 +249,16 @@ impl Drop for Undo<'_> {
         if !self.armed {
             return;
         }
-        let quorum = Arc::clone(self.quorum);
-        let release = Release::new(Arc::clone(self.resources.keys()), Arc::clone(self.token));
-        let ttl = self.ttl;
-        self.quorum.tasks.spawn_if_running(Work::Release, async move {
-            let deadline = quorum.deadline();
-            release_all(&quorum, release, deadline, Instant::now() + ttl, Until::All, &[]).await;
-        });
+        let quorum = Arc::clone(&self.attempt.shared.quorum);
+        let release = self.attempt.release();
+        let ttl = self.attempt.ttl;
+        self.attempt
+            .shared
+            .quorum
+            .tasks
+            .spawn_if_running(Work::Release, async move {
+                let deadline = quorum.deadline();
+                release_all(&quorum, release, deadline, Instant::now() + ttl, Until::All, &[]).await;
+            });
     }
 }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use redis::{Cmd, RedisError, RedisResult, Value};
 
+use super::keys;
 use super::lock::{Acquire, Release, set_nx};
 use super::queue::announce_lua;
 use super::reply::{integers, set_nx_granted, unix_ms, wrong_reply_count};
@@ -217,15 +218,16 @@ pub(crate) fn command<T>(batch: &mut [(Op, T)]) -> Cmd {
     // matched by position.
     batch.sort_by_key(|(op, _)| !op.is_release());
     let releases = batch.partition_point(|(op, _)| op.is_release());
-    let keys = batch.len() + releases;
-    let released = batch[..releases].iter().map(|(op, _)| op.key());
-    let queues = batch[..releases].iter().map(|(op, _)| match op {
-        Op::Release(release) => release.queues[0].as_str(),
-        Op::Acquire { .. } => "",
-    });
-    let acquired = batch[releases..].iter().map(|(op, _)| op.key());
-    let keys_in_order: Vec<&str> = released.chain(queues).chain(acquired).collect();
-    let mut cmd = BATCH.call(keys, keys_in_order);
+    let mut cmd = BATCH.begin(batch.len() + releases);
+    for (op, _) in &batch[..releases] {
+        cmd.arg(op.key());
+    }
+    for (op, _) in &batch[..releases] {
+        cmd.arg(keys::Queue(op.key()));
+    }
+    for (op, _) in &batch[releases..] {
+        cmd.arg(op.key());
+    }
     cmd.arg(unix_ms()).arg(releases);
     for (op, _) in batch.iter() {
         match op {
@@ -257,14 +259,14 @@ fn releases_may_go_first<T>(batch: &[(Op, T)]) -> bool {
 
 /// Several requests as one [`BATCH_IN_ORDER`] call.
 fn in_order<T>(batch: &[(Op, T)]) -> Cmd {
-    let mut keys = Vec::with_capacity(batch.len() * 2);
+    let releases = batch.iter().filter(|(op, _)| op.is_release()).count();
+    let mut cmd = BATCH_IN_ORDER.begin(batch.len() + releases);
     for (op, _) in batch {
-        keys.push(op.key());
-        if let Op::Release(release) = op {
-            keys.push(&release.queues[0]);
+        cmd.arg(op.key());
+        if op.is_release() {
+            cmd.arg(keys::Queue(op.key()));
         }
     }
-    let mut cmd = BATCH_IN_ORDER.call(keys.len(), keys);
     cmd.arg(unix_ms());
     for (op, _) in batch {
         match op {

@@ -12,6 +12,8 @@
 //! may only touch keys of one slot. So the derived key's tag is the
 //! resource's own tag, or the whole resource name.
 
+use std::fmt;
+
 /// The prefix of every key and channel the library owns besides the lock
 /// keys. Resource names starting with it are refused (`Error::Config`).
 pub const RESERVED_PREFIX: &str = "quorumlock:";
@@ -29,7 +31,24 @@ pub(crate) fn fence_seen(resource: &str) -> String {
 
 /// The key of the queue of waiters for `resource` (a sorted set).
 pub(crate) fn queue(resource: &str) -> String {
-    derived("quorumlock:waiters:", resource)
+    Queue(resource).to_string()
+}
+
+/// The queue key of a resource as a command argument, written straight
+/// into the command (releases name one per key, on every lock's path).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Queue<'a>(pub(crate) &'a str);
+
+impl fmt::Display for Queue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write_derived(f, "quorumlock:waiters:", self.0)
+    }
+}
+
+impl redis::ToRedisArgs for Queue<'_> {
+    fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
+        out.write_arg_fmt(self);
+    }
 }
 
 /// The pub/sub channel of the client with `id`: the releases that name one
@@ -56,10 +75,17 @@ pub(crate) fn is_reserved(resource: &str) -> bool {
 /// and no tag reproduces that: its derived keys are `prefix` + resource, in
 /// another slot, which only matters to Redis Cluster members.
 fn derived(prefix: &str, resource: &str) -> String {
+    let mut key = String::new();
+    let _ = write_derived(&mut key, prefix, resource);
+    key
+}
+
+/// Writes the key [`derived`] names.
+fn write_derived(out: &mut impl fmt::Write, prefix: &str, resource: &str) -> fmt::Result {
     match hash_tag(resource) {
-        Some(tag) => format!("{prefix}{{{tag}}}:{resource}"),
-        None if !resource.contains('}') => format!("{prefix}{{{resource}}}"),
-        None => format!("{prefix}{resource}"),
+        Some(tag) => write!(out, "{prefix}{{{tag}}}:{resource}"),
+        None if !resource.contains('}') => write!(out, "{prefix}{{{resource}}}"),
+        None => write!(out, "{prefix}{resource}"),
     }
 }
 

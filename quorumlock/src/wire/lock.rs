@@ -229,18 +229,23 @@ impl Acquire {
 
 /// Deletes the lock's keys on one node where they still hold our token, and
 /// wakes the next waiter of each. Replies how many keys it deleted.
+///
+/// Its `KEYS` are the lock keys and then their hand-off queues
+/// ([`keys::Queue`]), so that the announcement's key is declared too.
 #[derive(Clone, Debug)]
 pub(crate) struct Release {
     pub(crate) keys: Arc<[String]>,
-    /// The keys' hand-off queues, in the same order.
-    pub(crate) queues: Arc<[String]>,
     pub(crate) token: Arc<str>,
 }
 
 impl Release {
     pub(crate) fn new(keys: Arc<[String]>, token: Arc<str>) -> Self {
-        let queues = keys.iter().map(|k| keys::queue(k)).collect();
-        Release { keys, queues, token }
+        Release { keys, token }
+    }
+
+    /// The queue keys, in the order of the lock keys.
+    pub(crate) fn queues(&self) -> impl Iterator<Item = keys::Queue<'_>> {
+        self.keys.iter().map(|key| keys::Queue(key))
     }
 }
 
@@ -248,7 +253,10 @@ impl Request for Release {
     type Reply = usize;
 
     fn command(&self) -> Cmd {
-        let mut cmd = RELEASE.call(self.keys.len() * 2, (&*self.keys, &*self.queues));
+        let mut cmd = RELEASE.call(self.keys.len() * 2, &*self.keys);
+        for queue in self.queues() {
+            cmd.arg(queue);
+        }
         cmd.arg(&*self.token).arg(unix_ms());
         cmd
     }

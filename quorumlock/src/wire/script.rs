@@ -18,8 +18,16 @@ impl Script {
         }
     }
 
-    /// An `EVALSHA` of this script with `keys` in `KEYS`; append the `ARGV`
-    /// values with `arg`.
+    /// An `EVALSHA` of this script with `key_count` keys; append the keys,
+    /// then the `ARGV` values, with `arg`.
+    pub(crate) fn begin(&self, key_count: usize) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&*self.sha).arg(key_count);
+        cmd
+    }
+
+    /// An `EVALSHA` of this script with `keys` in `KEYS` (`key_count` of
+    /// them, more may follow); append the `ARGV` values with `arg`.
     pub(crate) fn call<K: redis::ToRedisArgs>(&self, key_count: usize, keys: K) -> Cmd {
         let mut cmd = redis::cmd("EVALSHA");
         cmd.arg(&*self.sha).arg(key_count).arg(keys);

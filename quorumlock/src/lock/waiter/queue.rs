@@ -226,9 +226,8 @@ impl Handoff {
         }
         // A node that cannot confirm in time is covered by polling.
         let _ = tokio::time::timeout(timeout, futures::future::join_all(confirmations)).await;
-        let shared: Arc<Shared> = Arc::clone(&self.shared);
         Subscription {
-            handoff: Arc::downgrade(&shared),
+            handoff: Arc::downgrade(&self.shared),
             senders,
             quorum: Arc::clone(quorum),
             queues,
@@ -272,7 +271,8 @@ impl Handoff {
                     return sender.clone();
                 }
                 let (sender, commands) = mpsc::unbounded_channel();
-                let listener: Weak<dyn Listener> = Arc::downgrade(&self.shared) as Weak<dyn Listener>;
+                let shared: Arc<dyn Listener> = self.shared.clone();
+                let listener = Arc::downgrade(&shared);
                 let subscriber = pubsub::subscriber(
                     Arc::clone(&quorum.nodes),
                     i,
