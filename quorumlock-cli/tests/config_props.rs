@@ -11,7 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use quorumlock::{Error, LockOptions, Redlock};
 use support::RedisServer;
-use support::checker::PanicProbe;
+use support::PanicProbe;
 
 /// One node for every case (starting one per case would dominate the run).
 fn node() -> &'static RedisServer {

@@ -6,17 +6,19 @@
 //! without AOF, SIGSTOP pauses) and [`fake`] (a node that answers garbage or
 //! closes connections mid-reply). [`faults`] scripts these into schedules,
 //! and [`checker`] runs contenders against them and looks for two holders
-//! inside at once.
+//! inside at once. [`panics`] catches panics in spawned tasks.
 
 pub mod checker;
 pub mod fake;
 pub mod faults;
+pub mod panics;
 pub mod proxy;
 pub mod server;
 pub mod skew;
 
 use std::time::Duration;
 
+pub use panics::PanicProbe;
 pub use proxy::{Fault, Proxy};
 use quorumlock::{Redlock, RedlockBuilder};
 pub use server::{Persistence, RedisServer, pause_all, start_nodes, urls};

@@ -24,7 +24,8 @@ use std::time::Duration;
 
 use quorumlock::{DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, Error, NodeErrorKind, Redlock};
 use rand::RngExt;
-use support::checker::{Api, Checker, Holding, PanicProbe, Renewal, ci_or_soak, overlaps};
+use support::PanicProbe;
+use support::checker::{Api, Checker, Holding, Renewal, ci_or_soak, overlaps};
 use support::fake::{FakeNode, Misbehaviour};
 use support::faults::{Action, Cluster, Schedule};
 use support::*;

@@ -1,0 +1,373 @@
+//! The mutual-exclusion checker of the chaos suite.
+//!
+//! `C` contenders (tasks, each with its own [`Redlock`] client, hence its own
+//! connections and watchdog, as separate processes would have) contend for
+//! one resource while a [`Schedule`] of faults runs against the [`Cluster`].
+//! Every holder records when it entered and left its critical section on
+//! the monotonic clock in a shared history; the [`Report`] counts rounds,
+//! acquisitions, losses, faults and **overlaps**: two holders inside at once.
+//!
+//! # What a holder records
+//!
+//! A holder works in short steps and takes a step only after
+//! [`Guard::is_held`] said yes; between steps it waits for the step's time or
+//! for [`Guard::lost`], whichever comes first, and stops at once on a loss.
+//! - `enter`: when the lock was granted (`try_lock` returned the guard, or
+//!   `with_lock` started the work).
+//! - `stop`: when it stopped working (its hold was done, it saw the loss,
+//!   or `with_lock` dropped the work on a loss).
+//! - `leave`: the earlier of `stop` and the guard's final `valid_until`. The
+//!   lock promises exclusivity up to `valid_until`, and a holder takes no
+//!   step after it (each step is preceded by `is_held`), so the time a
+//!   holder spends waiting to be scheduled past `valid_until` is not work.
+//!   How late holders learned of a loss (`stop - valid_until`) is reported
+//!   separately as the signal lag.
+//!
+//! Two holdings overlap when `[enter, leave]` of one intersects that of the
+//! other. Within one process the clock is the same for everyone, so this is
+//! exact, up to the moment a reply is read versus the moment it was sent.
+//!
+//! # Randomness
+//!
+//! Contender jitter (hold times, pauses between attempts) and the fault
+//! timing a scenario draws from [`Checker::rng`] come from one seed, printed
+//! at the start of each scenario and settable with `QUORUMLOCK_CHAOS_SEED`.
+//! A rerun with the same seed makes the same random choices; the
+//! interleaving with real servers still varies.
+//!
+//! [`Guard::is_held`]: quorumlock::Guard::is_held
+//! [`Guard::lost`]: quorumlock::Guard::lost
+
+mod contender;
+mod report;
+mod schedule;
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use self::contender::{Stats, contend};
+use self::report::{closest_handover, describe_overlaps};
+pub use self::report::{Holding, Report, overlaps};
+use self::schedule::run_schedule;
+use crate::faults::{Cluster, Schedule};
+use crate::panics::PanicProbe;
+
+/// Environment variable that fixes the seed of every scenario.
+pub const SEED_VAR: &str = "QUORUMLOCK_CHAOS_SEED";
+
+/// Environment variable that turns on the long (soak) schedules: `1`.
+pub const SOAK_VAR: &str = "QUORUMLOCK_CHAOS_SOAK";
+
+/// How late a holder may see a loss after its `valid_until` in a safe
+/// scenario: scheduling slack on a loaded 2-core CI machine. A loss signal
+/// that does not fire shows up as the rest of the hold (hundreds of ms).
+pub const SIGNAL_TOLERANCE: Duration = Duration::from_millis(250);
+
+/// Whether the long schedules are asked for (`QUORUMLOCK_CHAOS_SOAK=1`).
+pub fn soak() -> bool {
+    std::env::var(SOAK_VAR).is_ok_and(|v| v == "1")
+}
+
+/// `ci` normally, `soak` under `QUORUMLOCK_CHAOS_SOAK=1`.
+pub fn ci_or_soak(ci: usize, soak_count: usize) -> usize {
+    if soak() { soak_count } else { ci }
+}
+
+/// Which contenders let the watchdog renew their lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Renewal {
+    /// Every contender (the library's default).
+    Auto,
+    /// None: holders rely on the validity of the acquisition alone, and a
+    /// hold longer than that runs into the end of the validity.
+    Off,
+    /// Even contenders renew, odd ones do not.
+    Mixed,
+}
+
+/// How contenders take the lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    /// `try_lock`, then steps while `is_held`, then `release` (the default).
+    TryLock,
+    /// `with_lock` (waiting with the library's retry), steps inside the
+    /// closure; the library drops the closure's future when the lock is lost.
+    WithLock,
+    /// Every third contender (ids 2, 5, ..) uses `with_lock`, the others
+    /// `try_lock`.
+    Mixed,
+}
+
+/// A scenario: its contenders' settings and its seed.
+#[derive(Debug)]
+#[must_use]
+pub struct Checker {
+    scenario: String,
+    seed: u64,
+    rng: StdRng,
+    plan: Plan,
+    tail: Duration,
+}
+
+/// What every contender does.
+#[derive(Clone, Debug)]
+struct Plan {
+    contenders: usize,
+    resource: String,
+    ttl: Duration,
+    node_timeout: Duration,
+    renewal: Renewal,
+    api: Api,
+    /// `(factor, fixed)` of the drift allowance; the library's default if `None`.
+    drift: Option<(f64, Duration)>,
+    /// Hold time per acquisition, drawn from `[min, max]`.
+    hold: (Duration, Duration),
+    step: Duration,
+    /// Pause after each attempt (and after each hold), drawn from `[min, max]`.
+    retry: (Duration, Duration),
+    max_rounds: Option<usize>,
+}
+
+impl Checker {
+    /// A scenario named `scenario`; prints its seed. Defaults: 3 contenders,
+    /// ttl 1 s, per-node timeout 150 ms, auto-renewal, holds of 50-300 ms in
+    /// 20 ms steps, 5-40 ms between attempts, 500 ms of running after the
+    /// last fault.
+    pub fn new(scenario: &str) -> Checker {
+        let seed = std::env::var(SEED_VAR)
+            .ok()
+            .map(|s| {
+                s.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("{SEED_VAR}={s:?} is not a u64"))
+            })
+            .unwrap_or_else(rand::random);
+        println!("[chaos] {scenario}: seed {seed} (rerun with {SEED_VAR}={seed})");
+        // Each scenario draws its own stream from the one seed.
+        let stream = scenario.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        Checker {
+            scenario: scenario.to_string(),
+            seed,
+            rng: StdRng::seed_from_u64(seed ^ stream),
+            plan: Plan {
+                contenders: 3,
+                resource: "chaos:resource".to_string(),
+                ttl: Duration::from_secs(1),
+                node_timeout: Duration::from_millis(150),
+                renewal: Renewal::Auto,
+                api: Api::TryLock,
+                drift: None,
+                hold: (Duration::from_millis(50), Duration::from_millis(300)),
+                step: Duration::from_millis(20),
+                retry: (Duration::from_millis(5), Duration::from_millis(40)),
+                max_rounds: None,
+            },
+            tail: Duration::from_millis(500),
+        }
+    }
+
+    /// The scenario's random source, for fault timing.
+    pub fn rng(&mut self) -> &mut StdRng {
+        &mut self.rng
+    }
+
+    /// A duration drawn uniformly from `[min_ms, max_ms]`.
+    pub fn millis(&mut self, min_ms: u64, max_ms: u64) -> Duration {
+        Duration::from_millis(self.rng.random_range(min_ms..=max_ms))
+    }
+
+    /// The seed this scenario's random choices come from (printed by
+    /// [`Checker::new`]).
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// How many contenders take part, each with a client of its own.
+    pub fn contenders(mut self, n: usize) -> Checker {
+        self.plan.contenders = n;
+        self
+    }
+
+    /// The ttl of every lock the contenders take.
+    pub fn ttl(mut self, ttl: Duration) -> Checker {
+        self.plan.ttl = ttl;
+        self
+    }
+
+    /// The contenders' per-node timeout.
+    pub fn node_timeout(mut self, timeout: Duration) -> Checker {
+        self.plan.node_timeout = timeout;
+        self
+    }
+
+    /// Which contenders let the watchdog renew their lock.
+    pub fn renewal(mut self, renewal: Renewal) -> Checker {
+        self.plan.renewal = renewal;
+        self
+    }
+
+    /// How the contenders take the lock.
+    pub fn api(mut self, api: Api) -> Checker {
+        self.plan.api = api;
+        self
+    }
+
+    /// The clients' drift allowance, `ttl * factor + fixed` (the default is
+    /// the library's).
+    pub fn drift(mut self, factor: f64, fixed: Duration) -> Checker {
+        self.plan.drift = Some((factor, fixed));
+        self
+    }
+
+    /// Each hold lasts between `min` and `max` (unless the lock is lost).
+    pub fn hold(mut self, min: Duration, max: Duration) -> Checker {
+        self.plan.hold = (min, max);
+        self
+    }
+
+    /// Time between two steps of a holder (and two `is_held` checks).
+    pub fn step(mut self, step: Duration) -> Checker {
+        self.plan.step = step;
+        self
+    }
+
+    /// Pause after each attempt, drawn from `[min, max]`.
+    pub fn retry(mut self, min: Duration, max: Duration) -> Checker {
+        self.plan.retry = (min, max);
+        self
+    }
+
+    /// How long the contenders keep going after the schedule's last step.
+    pub fn tail(mut self, tail: Duration) -> Checker {
+        self.tail = tail;
+        self
+    }
+
+    /// At most this many attempts per contender.
+    pub fn max_rounds(mut self, rounds: usize) -> Checker {
+        self.plan.max_rounds = Some(rounds);
+        self
+    }
+
+    /// Runs the contenders against `cluster` while `schedule` runs, then
+    /// [`Checker::tail`] longer; prints and returns the report and gives the
+    /// cluster back (faults still in force, for the test to inspect).
+    pub async fn run(mut self, cluster: Cluster, schedule: Schedule) -> (Report, Cluster) {
+        let probe = PanicProbe::start();
+        let plan = Arc::new(self.plan.clone());
+        let shared = Arc::new(Shared {
+            acquisitions: AtomicU64::new(0),
+            degraded: AtomicBool::new(cluster.is_degraded()),
+            history: Mutex::new(Vec::new()),
+            stop: CancellationToken::new(),
+        });
+        let urls = cluster.urls();
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for id in 0..plan.contenders {
+            let renew = match plan.renewal {
+                Renewal::Auto => true,
+                Renewal::Off => false,
+                Renewal::Mixed => id % 2 == 0,
+            };
+            // Its own client: its own connections and watchdog.
+            let with_lock = match plan.api {
+                Api::TryLock => false,
+                Api::WithLock => true,
+                Api::Mixed => id % 3 == 2,
+            };
+            // `with_lock` waits with the library's retry: keep its attempts
+            // about as frequent as the others', and its waits short.
+            let mut builder = Redlock::builder()
+                .nodes(urls.clone())
+                .node_timeout(plan.node_timeout)
+                .auto_renew(renew)
+                .retry_delay((plan.retry.0 + plan.retry.1).max(Duration::from_millis(2)))
+                .wait(plan.ttl / 2);
+            if let Some((factor, fixed)) = plan.drift {
+                builder = builder.drift(factor, fixed);
+            }
+            let redlock = builder.build().expect("valid chaos client");
+            let rng = StdRng::seed_from_u64(self.rng.random());
+            tasks.push(tokio::spawn(contend(
+                id,
+                redlock,
+                with_lock,
+                Arc::clone(&plan),
+                Arc::clone(&shared),
+                rng,
+            )));
+        }
+        let schedule_task = {
+            let shared = Arc::clone(&shared);
+            tokio::task::spawn_blocking(move || run_schedule(cluster, &schedule, &shared, started))
+        };
+        let outcome = schedule_task.await;
+        let (cluster, log) = match outcome {
+            Ok(done) => done,
+            Err(e) => {
+                shared.stop.cancel();
+                std::panic::resume_unwind(e.into_panic())
+            }
+        };
+        tokio::time::sleep(self.tail).await;
+        shared.stop.cancel();
+        let mut stats = Stats::default();
+        for task in tasks {
+            match task.await {
+                Ok(s) => stats.add(s),
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        }
+        let mut history = std::mem::take(&mut *shared.history.lock().unwrap());
+        history.sort_by_key(|h| h.enter);
+        let pairs = overlaps(&history);
+        let overlap_examples = describe_overlaps(&history, &pairs, started);
+        let report = Report {
+            scenario: self.scenario,
+            seed: self.seed,
+            contenders: plan.contenders,
+            rounds: stats.rounds,
+            acquisitions: history.len(),
+            acquisitions_degraded: history.iter().filter(|h| h.degraded).count(),
+            contended: stats.contended,
+            errors: stats.errors,
+            losses: history.iter().filter(|h| h.lost).count(),
+            faults: log.faults,
+            fault_kinds: log.kinds,
+            fault_log: log.lines,
+            overlaps: pairs.len(),
+            overlap_examples,
+            closest_handover_ms: closest_handover(&history),
+            max_signal_lag: history.iter().map(Holding::signal_lag).max().unwrap_or_default(),
+            release_failures: stats.release_failures,
+            panics: probe.panics(),
+            elapsed: started.elapsed(),
+            history,
+        };
+        report.print();
+        (report, cluster)
+    }
+}
+
+/// State shared by the contenders and the schedule.
+#[derive(Debug)]
+struct Shared {
+    /// Locks granted so far, for the schedule's `await_acquisition`.
+    acquisitions: AtomicU64,
+    /// A fault is in force (updated by the schedule after every action).
+    degraded: AtomicBool,
+    /// Every holding recorded so far, in the order they ended.
+    history: Mutex<Vec<Holding>>,
+    /// Tells the contenders to stop after their current attempt.
+    stop: CancellationToken,
+}
