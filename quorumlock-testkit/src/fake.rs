@@ -30,9 +30,13 @@ use tokio::task::{JoinHandle, JoinSet};
 /// What the fake node does instead of answering a lock command.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Misbehaviour {
+    /// Random bytes that are not RESP.
     Garbage,
+    /// The start of a well-formed reply, then the connection closes.
     CloseMidReply,
+    /// A well-formed reply of a type Redis never sends to the command.
     WrongType,
+    /// Always this exact reply to the lock's commands.
     Answer(&'static [u8]),
 }
 

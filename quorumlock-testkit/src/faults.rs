@@ -20,7 +20,9 @@ use crate::skew::SkewedClock;
 /// One node of a [`Cluster`].
 #[derive(Debug)]
 pub struct ClusterNode {
+    /// The node's `redis-server`.
     pub server: RedisServer,
+    /// The proxy clients connect through, after [`Cluster::with_proxies`].
     pub proxy: Option<Proxy>,
     /// Whether the node runs on the cluster's skewed clock.
     pub skewed: bool,
@@ -30,6 +32,7 @@ pub struct ClusterNode {
 /// The nodes a scenario runs against, and the faults currently applied.
 #[derive(Debug)]
 pub struct Cluster {
+    /// The real nodes, in the order of [`Cluster::urls`].
     pub nodes: Vec<ClusterNode>,
     /// The wall clock of the skewed nodes, if any.
     pub clock: Option<Arc<SkewedClock>>,
@@ -304,6 +307,7 @@ pub enum Step {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[must_use]
 pub struct Schedule {
+    /// The steps, in the order they run.
     pub steps: Vec<Step>,
 }
 

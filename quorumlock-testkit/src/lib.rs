@@ -1,12 +1,81 @@
-//! Shared test harness: real `redis-server` processes and small helpers.
+//! The harness that quorumlock's tests, benchmarks, examples and
+//! `quorumlock demo` run on: real `redis-server` processes on free loopback
+//! ports, the faults a lock has to survive, and a checker that looks for two
+//! holders inside at once.
 //!
-//! Fault injection for the chaos suite: [`proxy`] (latency, black hole,
-//! refusal, resets between a client and one node), [`skew`] (a node's wall
-//! clock running fast, slow or jumping), [`server`] (kill, restart with or
-//! without AOF, SIGSTOP pauses) and [`fake`] (a node that answers garbage or
-//! closes connections mid-reply). [`faults`] scripts these into schedules,
-//! and [`checker`] runs contenders against them and looks for two holders
-//! inside at once. [`panics`] catches panics in spawned tasks.
+//! Real servers rather than mocks, because what the lock promises depends on
+//! what a real node does: its expiry clock, its script cache, its replies
+//! when it is paused, killed or cut off.
+//!
+//! # Modules
+//!
+//! - [`server`]: one `redis-server` per [`RedisServer`], in a directory of
+//!   its own, killed when dropped; kill, restart (with or without AOF
+//!   persistence), SIGSTOP pauses, replicas, raw commands.
+//! - [`proxy`]: a TCP [`Proxy`] in front of one node that adds latency,
+//!   black-holes, refuses or resets connections, switchable while a test
+//!   runs.
+//! - [`skew`]: a [`SkewedClock`] for a server's wall clock (fast, slow,
+//!   jumping), through an `LD_PRELOAD` shim; Linux only.
+//! - [`fake`]: a node that answers garbage, the wrong type of reply, or
+//!   closes the connection mid-reply.
+//! - [`faults`]: a [`faults::Cluster`] of nodes built from the above and a
+//!   [`faults::Schedule`] of fault actions applied to it.
+//! - [`checker`]: contenders against a cluster while a schedule runs; its
+//!   [`checker::Report`] counts the overlaps.
+//! - [`panics`]: a [`PanicProbe`] for panics in spawned tasks, which tokio
+//!   would swallow.
+//!
+//! The crate root has the helpers most tests need: a client over some
+//! servers ([`client`], [`builder`]), what a node holds ([`get`], [`pttl`],
+//! [`dbsize`], [`leftovers`]), another owner's key ([`set_foreign`]), and
+//! waits for conditions a test cannot time ([`eventually`], [`all_empty`]).
+//!
+//! # Example
+//!
+//! A lock over three local nodes, and what each node holds (`no_run`: it
+//! needs `redis-server` on `PATH`):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use quorumlock_testkit::{all_empty, client, get, start_nodes};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let nodes = start_nodes(3);
+//!     let redlock = client(&nodes);
+//!     let guard = redlock.lock("report", Duration::from_secs(5)).await.expect("nodes up");
+//!     // The lock returns at a majority; the third SET may still be on its way.
+//!     assert!(nodes.iter().filter(|n| get(n, "report").as_deref() == Some(guard.token())).count() >= 2);
+//!     guard.release().await.expect("release");
+//!     all_empty(&nodes, Duration::from_secs(2)).await;
+//! }
+//! ```
+//!
+//! A chaos scenario: a majority of nodes crashes while contenders hold the
+//! lock, and no two of them may be inside at once:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use quorumlock_testkit::Persistence;
+//! use quorumlock_testkit::checker::Checker;
+//! use quorumlock_testkit::faults::{Action, Cluster, Schedule};
+//!
+//! #[tokio::main(flavor = "current_thread")]
+//! async fn main() {
+//!     let cluster = Cluster::start(3, Persistence::AofAlways);
+//!     let schedule = Schedule::new()
+//!         .await_acquisition()
+//!         .then(Action::Restart(vec![0, 1]))
+//!         .wait(Duration::from_secs(1));
+//!     let (report, _cluster) = Checker::new("restart a majority").run(cluster, schedule).await;
+//!     report.assert_safe();
+//! }
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod checker;
 pub mod fake;

@@ -34,8 +34,6 @@
 //! aborts when dropped; dropping the proxy also marks every connection as
 //! cut, so none forwards another byte, and the port is closed.
 
-#![allow(dead_code)] // each test binary uses a different part of the harness
-
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -2,10 +2,9 @@
 //!
 //! Each server listens on a free loopback port, lives in its own temporary
 //! directory (a node started with `--save ""` still loads a `dump.rdb` left
-//! in its dir), and is killed and reaped when dropped. Only the standard
-//! library is used, so the demo binary can include this file as it is.
-
-#![allow(dead_code)] // each test binary uses a different part of the harness
+//! in its dir), and is killed and reaped when dropped. Everything here
+//! blocks (std only, no runtime), so that it works outside a tokio runtime
+//! and from a schedule's blocking thread alike.
 
 use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
