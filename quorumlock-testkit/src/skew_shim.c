@@ -1,4 +1,4 @@
-/* LD_PRELOAD clock skew for one process (built and used by tests/support/skew.rs).
+/* LD_PRELOAD clock skew for one process (built and used by skew.rs beside this file).
  *
  * Overrides clock_gettime(CLOCK_REALTIME / CLOCK_REALTIME_COARSE), gettimeofday
  * and time. The real clock is read with the raw syscall (never through libc or
