@@ -206,4 +206,3 @@ async fn hold(id: usize, guard: Guard, plan: &Plan, shared: &Shared, rng: &mut S
         stats.release_failures += 1;
     }
 }
-

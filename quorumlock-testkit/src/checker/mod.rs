@@ -53,8 +53,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::contender::{Stats, contend};
-use self::report::{closest_handover, describe_overlaps};
 pub use self::report::{Holding, Report, overlaps};
+use self::report::{closest_handover, describe_overlaps};
 use self::schedule::run_schedule;
 use crate::faults::{Cluster, Schedule};
 use crate::panics::PanicProbe;

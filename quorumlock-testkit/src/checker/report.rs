@@ -72,7 +72,11 @@ pub(super) fn closest_handover(history: &[Holding]) -> Option<f64> {
 
 /// The first few of `pairs` (indexes into `history`), described with times
 /// in seconds since `started`, for the report and a failing assertion.
-pub(super) fn describe_overlaps(history: &[Holding], pairs: &[(usize, usize)], started: Instant) -> Vec<String> {
+pub(super) fn describe_overlaps(
+    history: &[Holding],
+    pairs: &[(usize, usize)],
+    started: Instant,
+) -> Vec<String> {
     let at = |t: Instant| t.saturating_duration_since(started).as_secs_f64();
     pairs
         .iter()
@@ -239,4 +243,3 @@ impl Report {
         );
     }
 }
-

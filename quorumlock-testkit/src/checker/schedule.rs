@@ -70,4 +70,3 @@ pub(super) fn run_schedule(
     }
     (cluster, log)
 }
-
