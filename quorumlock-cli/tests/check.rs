@@ -4,13 +4,11 @@
 //! or of the wrong type, leaves no key behind, and prints one JSON object
 //! with the documented fields.
 
-use quorumlock_testkit as support;
-
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Output, Stdio};
 
+use quorumlock_testkit::{Persistence, RedisServer, dbsize};
 use serde_json::Value;
-use support::{Persistence, RedisServer, dbsize};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -178,7 +176,7 @@ fn check_key_reports_absent_held_held_without_ttl_and_wrong_type() {
     nodes[1].command(&["SET", "job", "token", "PX", "60000"]).unwrap();
     nodes[2].command(&["SET", "job", "forever"]).unwrap();
     nodes[0].command(&["HSET", "job2", "field", "1"]).unwrap();
-    let urls = support::urls(&nodes);
+    let urls = quorumlock_testkit::urls(&nodes);
     let out = check(&urls, &["--key", "job,job2"]);
     let report = parsed(&out);
     let state = |node: usize, key: &str| {
@@ -243,7 +241,7 @@ fn json_output_is_one_object_with_the_documented_fields() {
     let nodes: Vec<RedisServer> = (0..3)
         .map(|_| RedisServer::start_with(Persistence::AofAlways, &[]))
         .collect();
-    let report = parsed(&check(&support::urls(&nodes), &[]));
+    let report = parsed(&check(&quorumlock_testkit::urls(&nodes), &[]));
     assert_eq!(report["status"], "ok", "{report:#}");
     assert_eq!(report["exit_code"], 0);
     assert_eq!(report["nodes_total"], 3);
@@ -270,7 +268,7 @@ fn json_output_is_one_object_with_the_documented_fields() {
         .local_addr()
         .unwrap()
         .port();
-    let mut urls = support::urls(&nodes[..1]);
+    let mut urls = quorumlock_testkit::urls(&nodes[..1]);
     urls.push(format!("redis://127.0.0.1:{closed}"));
     let out = check(&urls, &["--key", "k"]);
     let report = parsed(&out);

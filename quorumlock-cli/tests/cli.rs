@@ -2,14 +2,12 @@
 //! exclusion, termination on loss, exit statuses), `check`, `demo`, and
 //! usage errors.
 
-use quorumlock_testkit as support;
-
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Persistence, RedisServer, start_nodes, urls};
+use quorumlock_testkit::{Persistence, RedisServer, dbsize, leftovers, start_nodes, urls};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -166,10 +164,10 @@ fn run_executes_the_command_once_while_another_run_is_busy_or_waits() {
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "first\nwaited\n");
     for node in &nodes {
         assert_eq!(
-            support::dbsize(node),
+            dbsize(node),
             0,
             "every run released its lock: {}",
-            support::leftovers(node)
+            leftovers(node)
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -263,13 +261,13 @@ fn signals_to_quorumlock_are_forwarded_and_the_lock_kept_until_the_command_exits
     assert!(status.success());
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(
-        support::dbsize(&nodes[0]),
+        dbsize(&nodes[0]),
         1,
         "the lock is held while the command cleans up"
     );
     let status = wait_child(&mut run, Duration::from_secs(10));
     assert_eq!(status.code(), Some(3), "the command's own status");
-    assert_eq!(support::dbsize(&nodes[0]), 0, "released after the command exited");
+    assert_eq!(dbsize(&nodes[0]), 0, "released after the command exited");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -289,7 +287,7 @@ fn exit_statuses_pass_through() {
     ));
     assert_eq!(missing.status.code(), Some(NOT_FOUND));
     assert!(text(&missing.stderr).contains("/nonexistent/cmd"));
-    assert_eq!(support::dbsize(&nodes[0]), 0, "every run released its lock");
+    assert_eq!(dbsize(&nodes[0]), 0, "every run released its lock");
 }
 
 #[test]
@@ -334,7 +332,7 @@ fn the_grace_period_defaults_to_fit_a_short_ttl_and_a_longer_one_is_refused() {
         "{stderr}"
     );
     assert!(!stderr.contains("--ttl 30s"), "{stderr}");
-    assert_eq!(support::dbsize(&nodes[0]), 0, "the run released its lock");
+    assert_eq!(dbsize(&nodes[0]), 0, "the run released its lock");
 }
 
 #[test]

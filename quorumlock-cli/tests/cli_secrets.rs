@@ -4,14 +4,12 @@
 //! a nodes file with a password must be private. The lock still works with
 //! the password, given through the environment or a file.
 
-use quorumlock_testkit as support;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use support::RedisServer;
+use quorumlock_testkit::{RedisServer, wait_until_exists};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -160,7 +158,7 @@ fn run_with_secret_nodes(
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn run");
-    support::wait_until_exists(&env, PROCESS_LIMIT);
+    wait_until_exists(&env, PROCESS_LIMIT);
     for node in nodes {
         let value = authed(node, &[&["GET", "secret:job"]]).remove(0);
         assert!(

@@ -4,15 +4,13 @@
 //! own behind on any exit path. Through the built binary, against real
 //! redis-server nodes; process state comes from /proc.
 
-use quorumlock_testkit as support;
-
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use support::{RedisServer, start_nodes, urls};
+use quorumlock_testkit::{RedisServer, dbsize, get, leftovers, set_foreign, start_nodes, urls};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -394,10 +392,10 @@ fn sigterm_and_sigint_while_holding_return_the_commands_status_and_leave_no_key(
         );
         for node in &nodes {
             assert_eq!(
-                support::dbsize(node),
+                dbsize(node),
                 0,
                 "SIG{signal_name} to {template:?}: a key is left: {}",
-                support::leftovers(node)
+                leftovers(node)
             );
         }
     }
@@ -434,7 +432,7 @@ fn a_command_that_ignores_sigterm_to_quorumlock_is_killed_after_the_grace_period
     assert!(took < grace + Duration::from_secs(3), "took {took:?}");
     assert!(live_members(pgid).is_empty(), "the group outlived quorumlock");
     for node in &nodes {
-        assert_eq!(support::dbsize(node), 0, "{}", support::leftovers(node));
+        assert_eq!(dbsize(node), 0, "{}", leftovers(node));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -450,7 +448,7 @@ fn sigterm_while_waiting_for_a_busy_lock_exits_promptly_and_leaves_no_key_of_its
         &["--key", key, "--ttl", "10s", "--", "sh", "-c", &command],
     ));
     holder.group = Some(wait_for_file(&dir.join("pgid")).parse().expect("pid"));
-    let tokens: Vec<Option<String>> = nodes.iter().map(|n| support::get(n, key)).collect();
+    let tokens: Vec<Option<String>> = nodes.iter().map(|n| get(n, key)).collect();
     assert!(
         tokens.iter().all(Option::is_some),
         "the holder's key is on every node"
@@ -472,10 +470,10 @@ fn sigterm_while_waiting_for_a_busy_lock_exits_promptly_and_leaves_no_key_of_its
     assert!(took < PROMPT, "took {took:?} to stop waiting");
     for (node, token) in nodes.iter().zip(&tokens) {
         assert_eq!(
-            (support::dbsize(node), support::get(node, key)),
+            (dbsize(node), get(node, key)),
             (1, token.clone()),
             "only the holder's key remains: {}",
-            support::leftovers(node)
+            leftovers(node)
         );
     }
     holder.signal("TERM");
@@ -495,7 +493,7 @@ fn a_one_shot_run_leaves_no_key_of_its_own_whichever_nodes_a_foreign_owner_holds
         let foreign = |i: usize| mask & (1 << i) != 0;
         for (i, node) in nodes.iter().enumerate() {
             if foreign(i) {
-                support::set_foreign(node, key, "other", 20_000);
+                set_foreign(node, key, "other", 20_000);
             }
         }
         let out = quorumlock(&nodes, &["--key", key, "--wait", "0", "--", "true"])
@@ -511,9 +509,9 @@ fn a_one_shot_run_leaves_no_key_of_its_own_whichever_nodes_a_foreign_owner_holds
         }
         for (i, node) in nodes.iter().enumerate() {
             let want = foreign(i).then(|| "other".to_owned());
-            let keys = support::dbsize(node);
-            if support::get(node, key) != want || keys != i64::from(want.is_some()) {
-                failures.push(format!("mask {mask:05b}, node {i}: {}", support::leftovers(node)));
+            let keys = dbsize(node);
+            if get(node, key) != want || keys != i64::from(want.is_some()) {
+                failures.push(format!("mask {mask:05b}, node {i}: {}", leftovers(node)));
             }
         }
     }
@@ -630,7 +628,7 @@ fn processes_left_in_the_group_are_terminated_and_the_lock_kept_until_they_are_g
         holds_within(START_LIMIT, || {
             stat(pgid).is_none_or(|s| s.state == 'Z')
                 && !live_members(pgid).is_empty()
-                && support::dbsize(&nodes[0]) == 1
+                && dbsize(&nodes[0]) == 1
                 && !live_members(pgid).is_empty()
         }),
         "the lock is held while the job outlives the command"
@@ -644,6 +642,6 @@ fn processes_left_in_the_group_are_terminated_and_the_lock_kept_until_they_are_g
     );
     assert!(started.elapsed() >= grace, "the job got its grace period");
     assert!(live_members(pgid).is_empty(), "the job outlived the release");
-    assert_eq!(support::dbsize(&nodes[0]), 0, "released once the group was empty");
+    assert_eq!(dbsize(&nodes[0]), 0, "released once the group was empty");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,15 +3,12 @@
 //! `Duration::MAX`, drift factors including NaN, ttls of any size, and the
 //! CLI's duration flags, against a real redis-server.
 
-use quorumlock_testkit as support;
-
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use quorumlock::{Error, LockOptions, Redlock};
-use support::RedisServer;
-use support::PanicProbe;
+use quorumlock_testkit::{PanicProbe, RedisServer};
 
 /// One node for every case (starting one per case would dominate the run).
 fn node() -> &'static RedisServer {

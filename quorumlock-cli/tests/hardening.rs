@@ -3,12 +3,10 @@
 //! keys cannot collide with locks and do not live forever, a lock's size is
 //! bounded, and a release racing a renewal leaves no key behind.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::{Error, MAX_RESOURCES, RESERVED_PREFIX, Redlock};
-use support::{client, dbsize, get, pttl, set_foreign, start_nodes};
+use quorumlock_testkit::{builder, client, dbsize, eventually, get, pttl, set_foreign, start_nodes, urls};
 
 /// Routine maintenance: one node of three is down while another owner holds
 /// the lock. That is contention (wait, or answer 423), not an outage (page
@@ -67,7 +65,7 @@ async fn the_librarys_keys_never_collide_with_a_lock() {
         .expect("nodes up")
         .expect("free");
     // The lock returns at a majority: let the last node's SET land too.
-    support::eventually("every node holds a:fence", Duration::from_secs(2), || {
+    eventually("every node holds a:fence", Duration::from_secs(2), || {
         nodes
             .iter()
             .all(|n| get(n, "a:fence").as_deref() == Some(plain.token()))
@@ -124,7 +122,7 @@ async fn fence_keys_expire_after_their_retention() {
         .expect("lock");
     guard.release().await.expect("release");
     let retention = i64::try_from(quorumlock::FENCE_RETENTION.as_millis()).expect("fits");
-    support::eventually("every node has the fence", Duration::from_secs(2), || {
+    eventually("every node has the fence", Duration::from_secs(2), || {
         nodes.iter().all(|n| dbsize(n) == 1)
     })
     .await;
@@ -168,7 +166,7 @@ async fn releases_racing_renewals_leave_no_key() {
     const BACKGROUND: usize = 2000;
     const TASKS: usize = 32;
     let nodes = std::sync::Arc::new(start_nodes(3));
-    let redlock: Redlock = support::builder(&nodes)
+    let redlock: Redlock = builder(&nodes)
         .node_timeout(Duration::from_millis(150))
         .heal(true)
         .build()
@@ -244,7 +242,7 @@ fn quorumlock_run_is_busy_not_unreachable_with_one_node_down() {
             "--",
             "true",
         ])
-        .env("QUORUMLOCK_NODES", support::urls(&nodes).join(","))
+        .env("QUORUMLOCK_NODES", urls(&nodes).join(","))
         .stdin(std::process::Stdio::null())
         .output()
         .expect("run quorumlock");

@@ -6,19 +6,17 @@
 
 #![cfg(feature = "tls")]
 
-use quorumlock_testkit as support;
-
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quorumlock::{Error, Redlock};
+use quorumlock_testkit::{Persistence, RedisServer, dbsize, get, wait_until_exists};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
-use support::{Persistence, RedisServer, dbsize};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -167,7 +165,7 @@ fn the_library_locks_and_releases_over_tls_with_a_private_ca() {
             .await
             .expect("lock over TLS");
         assert!(
-            support::get(&node.server, "tls:library").is_some(),
+            get(&node.server, "tls:library").is_some(),
             "the lock key is on the node"
         );
         let report = guard.release().await.expect("release over TLS");
@@ -207,7 +205,7 @@ fn quorumlock_run_over_tls_trusts_the_given_ca() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn quorumlock run");
-    support::wait_until_exists(&started, PROCESS_LIMIT);
+    wait_until_exists(&started, PROCESS_LIMIT);
     assert_eq!(
         dbsize(&node.server),
         1,

@@ -2,13 +2,14 @@
 //! calls, each still gets its own outcome, and a failing node fails only its
 //! own part.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use futures::future::join_all;
 use quorumlock::Redlock;
-use support::*;
+use quorumlock_testkit::{
+    Proxy, RedisServer, all_empty, builder, calls, client, dbsize, eventually, get, int, set_foreign,
+    start_nodes, warm_up,
+};
 
 const TTL: Duration = Duration::from_secs(10);
 

@@ -4,18 +4,14 @@
 
 #![cfg(feature = "blocking")]
 
-use quorumlock_testkit as support;
-
 use std::time::{Duration, Instant};
 
 use quorumlock::Error;
 use quorumlock::blocking::{Guard, Redlock};
-use support::{RedisServer, dbsize, get, pttl, start_nodes};
+use quorumlock_testkit::{Proxy, RedisServer, builder, dbsize, get, pttl, set_foreign, start_nodes};
 
 fn client(nodes: &[RedisServer]) -> Redlock {
-    support::builder(nodes)
-        .build_blocking()
-        .expect("valid test config")
+    builder(nodes).build_blocking().expect("valid test config")
 }
 
 /// Polls `condition` every 10 ms until it holds, at most `limit`.
@@ -208,22 +204,22 @@ fn calls_from_inside_a_runtime_are_config_errors() {
 fn dropping_the_client_finishes_its_background_releases() {
     let nodes = start_nodes(5);
     for node in &nodes[..3] {
-        support::set_foreign(node, "refused", "another-owner", 20_000);
+        set_foreign(node, "refused", "another-owner", 20_000);
     }
     let proxy_runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let proxies: Vec<support::Proxy> = proxy_runtime.block_on(async {
+    let proxies: Vec<Proxy> = proxy_runtime.block_on(async {
         nodes[3..]
             .iter()
             .map(|node| {
-                let proxy = support::Proxy::start(node.port());
+                let proxy = Proxy::start(node.port());
                 proxy.set_latency(Duration::from_millis(150));
                 proxy
             })
             .collect()
     });
-    let urls = support::urls(&nodes[..3])
+    let urls = quorumlock_testkit::urls(&nodes[..3])
         .into_iter()
-        .chain(proxies.iter().map(support::Proxy::url));
+        .chain(proxies.iter().map(Proxy::url));
     let redlock = Redlock::builder()
         .nodes(urls)
         .node_timeout(Duration::from_millis(500))

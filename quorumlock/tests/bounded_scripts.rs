@@ -4,14 +4,12 @@
 //! writing the queue key) must neither make a release a long script nor
 //! keep a live waiter behind them from being named.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use futures::future::join_all;
 use quorumlock::Redlock;
+use quorumlock_testkit::{RedisServer, builder, client, eventually, get, int, start_nodes};
 use redis::Value;
-use support::*;
 use tokio::time::Instant;
 
 /// Expired entries flooded into a queue: popping them all in one script

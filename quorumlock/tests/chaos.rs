@@ -1,7 +1,7 @@
 //! Chaos scenarios: contenders hold one lock over three real redis-server
 //! nodes while nodes crash, pause, drop off the network, slow down, run on
 //! skewed clocks or speak garbage, and the checker looks for two holders
-//! inside at once (see `tests/support/checker.rs`).
+//! inside at once (see `quorumlock_testkit::checker`).
 //!
 //! Each test asserts the property its name states and prints a report row
 //! (`cargo test --test chaos -- --nocapture` shows them; docs/reliability.md
@@ -18,17 +18,14 @@
 //!   cycles of the CI run (about five minutes for the file on a 2-core
 //!   machine, against well under one).
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::{DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, Error, NodeErrorKind, Redlock};
+use quorumlock_testkit::checker::{Api, Checker, Holding, Renewal, Report, ci_or_soak, overlaps};
+use quorumlock_testkit::fake::{FakeNode, Misbehaviour};
+use quorumlock_testkit::faults::{Action, Cluster, Schedule};
+use quorumlock_testkit::{PanicProbe, Persistence, SkewedClock, dbsize, eventually, get, start_nodes, urls};
 use rand::RngExt;
-use support::PanicProbe;
-use support::checker::{Api, Checker, Holding, Renewal, ci_or_soak, overlaps};
-use support::fake::{FakeNode, Misbehaviour};
-use support::faults::{Action, Cluster, Schedule};
-use support::*;
 use tokio::time::Instant;
 
 const NODES: usize = 3;
@@ -265,10 +262,7 @@ async fn one_node_clock_1_5x_fast_keeps_mutual_exclusion() {
 /// hold: a key expires up to 2000 * 0.005 + 5 = 15 ms early. Holders do not
 /// renew and hold past their validity, and the others retry every few
 /// milliseconds, so the next holder enters as soon as the keys are gone.
-async fn all_clocks_slightly_fast(
-    scenario: &str,
-    drift: Option<(f64, Duration)>,
-) -> support::checker::Report {
+async fn all_clocks_slightly_fast(scenario: &str, drift: Option<(f64, Duration)>) -> Report {
     let ttl = Duration::from_secs(2);
     let (rate, jump_ms) = (1.005, 5);
     let mut checker = Checker::new(scenario)

@@ -1,10 +1,9 @@
 //! Bad input is a `Config` error, never a panic and never a network call.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::{Error, Redlock};
+use quorumlock_testkit::{RedisServer, client, get};
 
 fn config_error<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
     match result {
@@ -117,8 +116,8 @@ async fn drift_larger_than_the_ttl_is_rejected() {
 
 #[tokio::test]
 async fn bad_extend_ttl_is_rejected_and_keeps_the_lock() {
-    let server = support::RedisServer::start();
-    let redlock = support::client(std::slice::from_ref(&server));
+    let server = RedisServer::start();
+    let redlock = client(std::slice::from_ref(&server));
     let mut guard = redlock
         .try_lock("r", Duration::from_secs(10))
         .await
@@ -127,6 +126,6 @@ async fn bad_extend_ttl_is_rejected_and_keeps_the_lock() {
     let before = guard.valid_until();
     config_error(guard.extend(Duration::ZERO).await);
     assert_eq!(guard.valid_until(), before);
-    assert_eq!(support::get(&server, "r").as_deref(), Some(guard.token()));
+    assert_eq!(get(&server, "r").as_deref(), Some(guard.token()));
     guard.release().await.unwrap();
 }

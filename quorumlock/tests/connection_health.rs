@@ -3,12 +3,10 @@
 //! its connection (and so the order of its requests), and a subscriber
 //! reconnects to a node that is down at a bounded pace.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use support::*;
+use quorumlock_testkit::{Proxy, RedisServer, all_empty, eventually, get, start_nodes, urls, warm_up};
 use tokio::time::Instant;
 
 /// The per-node timeout of these tests.

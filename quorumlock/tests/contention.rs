@@ -1,13 +1,13 @@
 //! Two or more owners: exactly one wins, and nobody can touch another's lock.
 
-use quorumlock_testkit as support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use quorumlock::{Error, Redlock};
-use support::*;
+use quorumlock_testkit::{
+    RedisServer, all_empty, builder, calls, client, eventually, get, pttl, set_foreign, start_nodes,
+};
 use tokio::time::Instant;
 
 #[tokio::test]

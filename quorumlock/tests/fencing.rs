@@ -1,13 +1,11 @@
 //! Fencing tokens: strictly increasing across holders (also across restarts
 //! without persistence), and fenced writes that refuse a stale holder.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::{Error, Fenced, FencedWrite, Redlock};
+use quorumlock_testkit::{RedisServer, builder, calls, client, eventually, get, set_foreign, start_nodes};
 use redis::aio::MultiplexedConnection;
-use support::*;
 use tokio::time::Instant;
 
 fn fenced(servers: &[RedisServer]) -> Redlock {

@@ -2,14 +2,15 @@
 //! share one subscription per node, clean up after themselves, and still see
 //! releases that send no notification.
 
-use quorumlock_testkit as support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::{Guard, Redlock};
-use support::*;
+use quorumlock_testkit::{
+    Proxy, RedisServer, all_empty, builder, calls, client, eventually, get, int, set_foreign, start_nodes,
+    urls,
+};
 use tokio::time::Instant;
 
 /// Polling so slow that a hand-off faster than it can only come from a

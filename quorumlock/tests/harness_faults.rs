@@ -3,12 +3,13 @@
 //! clock-skew shim's rate, offset and run-time jumps; kill + restart with and
 //! without AOF.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
+use quorumlock_testkit::{
+    Fault, Persistence, Proxy, RedisServer, SkewedClock, calls, dbsize, get, pause_all, pttl, set_foreign,
+    start_nodes,
+};
 use redis::aio::MultiplexedConnection;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, timeout};

@@ -2,15 +2,13 @@
 //! get its stored result, and failures (of the operation, of a caller, of
 //! nodes) never make it run twice where the design says it must not.
 
-use quorumlock_testkit as support;
-
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::{Error, Idempotency, Redlock};
-use support::*;
+use quorumlock_testkit::{client, dbsize, get, pttl, start_nodes};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 

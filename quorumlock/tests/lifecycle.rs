@@ -6,13 +6,14 @@
 //! way a `#[tokio::main]` does it: what is not done when its `main` future
 //! returns is never done.
 
-use quorumlock_testkit as support;
-
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use quorumlock::{DEFAULT_SHUTDOWN_TIMEOUT, Error, Redlock};
-use support::{Proxy, RedisServer, client, dbsize, get, set_foreign, start_nodes};
+use quorumlock_testkit::{
+    Proxy, RedisServer, builder, calls, client, dbsize, eventually, get, int, leftovers, set_foreign,
+    start_nodes, warm_up,
+};
 
 /// The foreign owner's token in the refused-attempt tests.
 const FOREIGN: &str = "another-owner";
@@ -150,13 +151,13 @@ fn a_shutdown_takes_waiters_off_the_queues_and_ends_their_wait() {
         tokio::pin!(wait);
         // Queued on every node: the waiter's attempt queues it where the
         // resource is held.
-        let queued = support::eventually(
+        let queued = eventually(
             "the waiter is queued on every node",
             Duration::from_secs(5),
             || {
                 nodes
                     .iter()
-                    .all(|n| support::int(n, &["EXISTS", "quorumlock:waiters:{busy}"]) == 1)
+                    .all(|n| int(n, &["EXISTS", "quorumlock:waiters:{busy}"]) == 1)
             },
         );
         tokio::select! {
@@ -171,7 +172,7 @@ fn a_shutdown_takes_waiters_off_the_queues_and_ends_their_wait() {
                 1,
                 "port {}: only the foreign lock is left: {}",
                 node.port(),
-                support::leftovers(node)
+                leftovers(node)
             );
         }
         let outcome = tokio::time::timeout(Duration::from_secs(1), wait)
@@ -190,7 +191,7 @@ fn a_shutdown_takes_waiters_off_the_queues_and_ends_their_wait() {
 #[test]
 fn a_cancelled_attempt_leaves_no_key() {
     let nodes = start_nodes(3);
-    let sets = || nodes.iter().map(|n| support::calls(n, "set")).collect::<Vec<_>>();
+    let sets = || nodes.iter().map(|n| calls(n, "set")).collect::<Vec<_>>();
     program(async {
         let proxies: Vec<Proxy> = nodes.iter().map(|n| Proxy::start(n.port())).collect();
         let redlock = Redlock::builder()
@@ -198,7 +199,7 @@ fn a_cancelled_attempt_leaves_no_key() {
             .node_timeout(Duration::from_secs(3))
             .build()
             .expect("config");
-        support::warm_up(&redlock).await;
+        warm_up(&redlock).await;
         // Each way: the SET reaches the node a second after it was sent,
         // and its reply comes a second later, so the caller can give up in
         // between (even on a loaded machine).
@@ -209,7 +210,7 @@ fn a_cancelled_attempt_leaves_no_key() {
             let before = sets();
             let attempt = redlock.try_lock(format!("cancelled:{round}"), Duration::from_secs(30));
             tokio::pin!(attempt);
-            let landed = support::eventually("the SET reached every node", Duration::from_secs(5), || {
+            let landed = eventually("the SET reached every node", Duration::from_secs(5), || {
                 sets().iter().zip(&before).all(|(now, then)| now > then)
             });
             tokio::select! {
@@ -223,13 +224,7 @@ fn a_cancelled_attempt_leaves_no_key() {
         assert!(report.is_complete(), "{report}");
     });
     for node in &nodes {
-        assert_eq!(
-            dbsize(node),
-            0,
-            "port {}: {}",
-            node.port(),
-            support::leftovers(node)
-        );
+        assert_eq!(dbsize(node), 0, "port {}: {}", node.port(), leftovers(node));
     }
 }
 
@@ -241,7 +236,7 @@ fn a_static_client_outlives_the_runtime_that_first_used_it() {
     static CLIENT: OnceLock<Redlock> = OnceLock::new();
     let nodes = start_nodes(3);
     let redlock = CLIENT.get_or_init(|| {
-        support::builder(&nodes)
+        builder(&nodes)
             .node_timeout(Duration::from_millis(200))
             .build()
             .expect("config")
@@ -311,7 +306,7 @@ fn a_lost_lock_is_released_where_it_was_still_renewed() {
             .expect("the loss fired");
         // Node 0 renewed the key until the loss; it must be gone well before
         // its ttl would have run out.
-        support::eventually("the key is released on node 0", ttl / 2, || {
+        eventually("the key is released on node 0", ttl / 2, || {
             dbsize(&nodes[0]) == 0
         })
         .await;

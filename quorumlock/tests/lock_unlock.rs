@@ -1,11 +1,9 @@
 //! Taking, extending and releasing a lock on healthy nodes.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::{DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED};
-use support::*;
+use quorumlock_testkit::{all_empty, client, eventually, get, pttl, set_foreign, start_nodes};
 use tokio::time::Instant;
 
 async fn lock_and_unlock_on(n: usize) {

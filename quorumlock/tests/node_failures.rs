@@ -2,13 +2,14 @@
 //! outage (not contention), no one waits past the per-node timeout, and no
 //! attempt leaks a key.
 
-use quorumlock_testkit as support;
-
 use std::time::Duration;
 
 use quorumlock::{Error, NodeErrorKind, Redlock};
-use support::fake::{FakeNode, Misbehaviour};
-use support::*;
+use quorumlock_testkit::fake::{FakeNode, Misbehaviour};
+use quorumlock_testkit::{
+    Persistence, RedisServer, all_empty, builder, calls, client, dbsize, eventually, get, set_foreign,
+    start_nodes, warm_up,
+};
 use tokio::time::Instant;
 
 #[tokio::test]

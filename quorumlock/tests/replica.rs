@@ -3,13 +3,11 @@
 //! a plain lock can lose; a replica that stops answering fails acquisitions,
 //! extends and renewals, and leaves no key behind.
 
-use quorumlock_testkit as support;
-
 use std::slice;
 use std::time::Duration;
 
 use quorumlock::{Error, NodeError, NodeErrorKind, Redlock, ReplicaAck};
-use support::*;
+use quorumlock_testkit::{RedisServer, calls, client, dbsize, get, int, pttl, server, start_nodes, urls};
 use tokio::time::Instant;
 
 /// Per-node timeout of these tests: generous for a loaded CI machine, and

@@ -3,13 +3,11 @@
 //! copied into every child would make the children draw the same tokens,
 //! each able to release the other's lock.
 
-use quorumlock_testkit as support;
-
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::time::Duration;
 
-use support::{RedisServer, client};
+use quorumlock_testkit::{RedisServer, client};
 
 /// Takes (and keeps) a lock on `key` and returns its token.
 fn token_of_a_lock(node: &RedisServer, key: &str) -> String {

@@ -1,14 +1,14 @@
 //! The shared watchdog: locks stay alive while held, heal on restarted
 //! nodes, and holders learn of a loss on time, whatever the nodes do.
 
-use quorumlock_testkit as support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::{Error, Redlock};
-use support::*;
+use quorumlock_testkit::{
+    RedisServer, all_empty, builder, calls, dbsize, get, pttl, set_foreign, start_nodes,
+};
 use tokio::time::Instant;
 
 /// Scheduling slack allowed between `valid_until` and the moment a loss is
