@@ -15,7 +15,7 @@ use futures::StreamExt;
 use redis::aio::MultiplexedConnection;
 use tokio::time::timeout;
 
-use super::node::{no_reply, query};
+use super::command::{no_reply, query};
 use super::{Level, Report};
 
 /// The ttl of every probe key: long enough to outlast the probe on a slow

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 
-use super::Report;
-use super::access;
-use super::node::query;
+use super::command::query;
+use super::{Report, access};
 use crate::duration::show;
 
 /// What one node holds under a key.

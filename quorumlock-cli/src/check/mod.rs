@@ -9,6 +9,7 @@
 //! ([`output`]).
 
 mod access;
+mod command;
 mod keys;
 mod node;
 mod output;

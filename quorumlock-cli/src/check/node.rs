@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind, FromRedisValue};
-use tokio::time::{Instant, timeout};
+use redis::{AsyncConnectionConfig, ErrorKind};
+use tokio::time::Instant;
 
+use super::command::query;
 use super::{Args, Report, access, keys};
 use crate::duration::show;
 use crate::nodes::Resolved;
@@ -280,22 +281,6 @@ fn judge(
         );
     }
     writes
-}
-
-/// One command with the check's time limit.
-pub(super) async fn query<T: FromRedisValue>(
-    conn: &mut MultiplexedConnection,
-    limit: Duration,
-    cmd: redis::Cmd,
-) -> redis::RedisResult<T> {
-    match timeout(limit, cmd.query_async(conn)).await {
-        Ok(result) => result,
-        Err(_) => Err(no_reply(limit)),
-    }
-}
-
-pub(super) fn no_reply(limit: Duration) -> redis::RedisError {
-    redis::RedisError::from((ErrorKind::Io, "no reply in time", format!("{limit:?}")))
 }
 
 /// `INFO section` as a map of its `key:value` lines; empty when the user
