@@ -7,10 +7,10 @@
 //! cargo run -p quorumlock-compare --release -- --only a,e --out /tmp/x
 //! ```
 //!
-//! Scenarios (issue 8): (a) one task, uncontended lock+unlock at N = 1, 3, 5;
+//! Scenarios: (a) one task, uncontended lock+unlock at N = 1, 3, 5;
 //! (b) 64 and 256 tasks on keys of their own: cycles/s; (c) 1 ms added each
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
-//! black-holed; (e) contended hand-off (issue 9); (f) fenced vs plain (in
+//! black-holed; (e) contended hand-off; (f) fenced vs plain (in
 //! the rounds of (a)). Rounds alternate between contenders so that the noise
 //! of a shared machine hits all alike; tables give medians over rounds and
 //! ratios computed within rounds.
@@ -26,6 +26,7 @@ mod report;
 mod rounds;
 mod single;
 mod stats;
+mod targets;
 mod throughput;
 
 use std::path::{Path, PathBuf};
@@ -407,7 +408,7 @@ fn charts(dir: &Path, results: &Results) -> Result<(), String> {
 
 /// In smoke mode: the benchmark code ran and quorumlock worked in every
 /// scenario. Peers are not judged here (their failures are the report's).
-fn smoke_checks(results: &Results, targets: &[report::Target]) {
+fn smoke_checks(results: &Results, targets: &[targets::Target]) {
     let mut checks: Vec<(String, bool)> = Vec::new();
     let checked = |kind: Kind| {
         matches!(

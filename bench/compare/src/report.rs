@@ -1,5 +1,5 @@
-//! The markdown tables, and the targets of issues 8, 9 and 10 checked
-//! against them.
+//! The markdown tables of a run, one section per scenario, and the
+//! targets checked against their figures (see [`crate::targets`]).
 
 use std::fmt::Write;
 
@@ -9,16 +9,9 @@ use crate::machine::Machine;
 use crate::network::{self, Network};
 use crate::rounds::{self, Series};
 use crate::stats::{fmt_ratio, fmt_us, median, median_ratio};
+use crate::targets::{self, Target, push_max, push_min};
 use crate::throughput::{self, Rate};
 use crate::{Results, Settings, single};
-
-/// One target: what, the measured figure, met or not.
-pub struct Target {
-    pub issue: &'static str,
-    pub what: String,
-    pub measured: String,
-    pub met: Option<bool>,
-}
 
 pub fn render(machine: &Machine, settings: &Settings, results: &Results) -> (String, Vec<Target>) {
     let mut md = String::new();
@@ -36,18 +29,7 @@ pub fn render(machine: &Machine, settings: &Settings, results: &Results) -> (Str
     if let Some(handoff) = &results.handoff {
         handoff_table(&mut md, handoff, settings, &mut targets);
     }
-    let _ = writeln!(md, "### Targets\n");
-    let _ = writeln!(md, "| issue | target | measured (median of per-round ratios) | |");
-    let _ = writeln!(md, "|---|---|---|---|");
-    for t in &targets {
-        let verdict = match t.met {
-            Some(true) => "met",
-            Some(false) => "**missed**",
-            None => "not measured",
-        };
-        let _ = writeln!(md, "| {} | {} | {} | {verdict} |", t.issue, t.what, t.measured);
-    }
-    let _ = writeln!(md);
+    targets::table(&mut md, &targets);
     (md, targets)
 }
 
@@ -148,30 +130,23 @@ fn single_tables(md: &mut String, series: &[Series], targets: &mut Vec<Target>) 
     let ratio = |a, b, n| p50_ratio(find(series, a, n), find(series, b, n));
     push_max(
         targets,
-        "8 (a)",
+        "(a)",
         "N=5 p50 <= 1.05x raw",
         ratio(Kind::Ours, Kind::Raw, 5),
         1.05,
     );
     push_max(
         targets,
-        "8 (a)",
+        "(a)",
         "N=5 p50 <= rslock's",
         ratio(Kind::Ours, Kind::Rslock, 5),
         1.0,
     );
     push_max(
         targets,
-        "8 (a)",
+        "(a)",
         "N=1 p50 <= 1.05x raw",
         ratio(Kind::Ours, Kind::Raw, 1),
-        1.05,
-    );
-    push_max(
-        targets,
-        "10",
-        "one task N=5 p50 <= 1.05x raw",
-        ratio(Kind::Ours, Kind::Raw, 5),
         1.05,
     );
 }
@@ -265,21 +240,21 @@ fn throughput_tables(md: &mut String, rates: &[Rate], s: &Settings, targets: &mu
     let _ = writeln!(md);
     push_min(
         targets,
-        "8 (b)",
+        "(b)",
         "N=5, 64 tasks: >= 0.9x raw",
         ratio(Kind::Ours, Kind::Raw, 64, 5),
         0.9,
     );
     push_min(
         targets,
-        "10",
+        "(b)",
         "N=5, 64 tasks: >= 1.4x raw (batching)",
         ratio(Kind::Ours, Kind::Raw, 64, 5),
         1.4,
     );
     push_min(
         targets,
-        "10",
+        "(b)",
         "N=5, 256 tasks: >= 1.6x raw (batching)",
         ratio(Kind::Ours, Kind::Raw, 256, 5),
         1.6,
@@ -331,7 +306,7 @@ fn latency_table(md: &mut String, net: &Network, targets: &mut Vec<Target>) {
     );
     push_max(
         targets,
-        "8 (c)",
+        "(c)",
         "~1 ms each way: N=5 p50 <= 1.1x N=1 p50",
         ours,
         1.1,
@@ -365,7 +340,7 @@ fn hole_table(md: &mut String, net: &Network, targets: &mut Vec<Target>) {
     let ours = p50_ratio(find(&net.holed, Kind::Ours, 5), find(&net.healthy, Kind::Ours, 5));
     push_max(
         targets,
-        "8 (d)",
+        "(d)",
         "one of five black-holed: p50 <= 1.05x healthy",
         ours,
         1.05,
@@ -443,14 +418,14 @@ fn handoff_table(
         let p99 = med(rounds, handoff::Round::gap_p99);
         push_max(
             targets,
-            "9 (e)",
+            "(e)",
             &format!("{who}: gap p50 <= 1 ms"),
             p50.map(|v| v / 1e3),
             1.0,
         );
         push_max(
             targets,
-            "9 (e)",
+            "(e)",
             &format!("{who}: gap p99 <= 5 ms"),
             p99.map(|v| v / 1e3),
             5.0,
@@ -458,7 +433,7 @@ fn handoff_table(
         let rate = ratio(setup, handoff::Round::rate);
         push_min(
             targets,
-            "9 (e)",
+            "(e)",
             &format!("{who}: hand-offs/s >= 3x rslock's"),
             rate,
             3.0,
@@ -466,7 +441,7 @@ fn handoff_table(
         let requests = ratio(setup, handoff::Round::requests_per_handoff);
         push_max(
             targets,
-            "9 (e)",
+            "(e)",
             &format!("{who}: requests per hand-off <= 2x rslock's"),
             requests,
             2.0,
@@ -474,34 +449,10 @@ fn handoff_table(
         let all = ratio(setup, handoff::Round::commands_per_handoff);
         push_max(
             targets,
-            "9 (e)",
+            "(e)",
             &format!("{who}: all commands per hand-off (incl. inside scripts) <= 2x rslock's"),
             all,
             2.0,
         );
     }
-}
-
-fn push_max(targets: &mut Vec<Target>, issue: &'static str, what: &str, value: Option<f64>, max: f64) {
-    push(targets, issue, what, value, |v| v <= max);
-}
-
-fn push_min(targets: &mut Vec<Target>, issue: &'static str, what: &str, value: Option<f64>, min: f64) {
-    push(targets, issue, what, value, |v| v >= min);
-}
-
-fn push(
-    targets: &mut Vec<Target>,
-    issue: &'static str,
-    what: &str,
-    value: Option<f64>,
-    ok: impl Fn(f64) -> bool,
-) {
-    let unit = if what.contains("gap p") { " ms" } else { "x" };
-    targets.push(Target {
-        issue,
-        what: what.to_owned(),
-        measured: value.map_or("-".into(), |v| format!("{v:.2}{unit}")),
-        met: value.map(ok),
-    });
 }

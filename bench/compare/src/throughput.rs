@@ -18,7 +18,8 @@ pub const NS: [usize; 3] = [1, 3, 5];
 /// Contenders with 64 tasks; redlock gets 64 threads (it blocks).
 pub const KINDS_64: [Kind; 4] = [Kind::Raw, Kind::Ours, Kind::Rslock, Kind::Redlock];
 
-/// Contenders also measured with 256 tasks (the baseline of issue 10).
+/// Contenders also measured with 256 tasks: more requests in flight at once,
+/// for batching to share.
 pub const KINDS_256: [Kind; 3] = [Kind::Raw, Kind::Ours, Kind::Rslock];
 
 /// Length of a round.
