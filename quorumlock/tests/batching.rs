@@ -53,9 +53,9 @@ async fn concurrent_requests_on_distinct_keys_share_script_calls() {
     let servers = start_nodes(3);
     // A round trip of 2 ms, as on a network: requests gather while a batch
     // is on its way. (Over bare loopback the debug-built client, not the
-    // node, is the bottleneck: a batch came back before many requests had
-    // gathered, and the script calls per node ranged from 51 to 865 over
-    // runs of this test, 2026-12-03.)
+    // node, is the bottleneck: a batch comes back before many requests have
+    // gathered, and how many script calls a node sees depends on scheduling
+    // more than on batching.)
     let proxies: Vec<Proxy> = servers.iter().map(|s| Proxy::start(s.port())).collect();
     for proxy in &proxies {
         proxy.set_latency(Duration::from_millis(1));

@@ -15,7 +15,7 @@
 //!   timing, chosen nodes, contender jitter). The interleaving with real
 //!   servers still varies from run to run.
 //! - `QUORUMLOCK_CHAOS_SOAK=1`: long schedules, about ten times the fault
-//!   cycles of the CI run (about five minutes for the file on a 2-core
+//!   cycles of the default run (about five minutes for the file on a 2-core
 //!   machine, against well under one).
 
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! The nodes every contender talks to: local `redis-server` processes (the
-//! test harness's), optionally each behind a fault proxy (also the
-//! harness's) that adds latency or swallows traffic.
+//! test kit's), optionally each behind a fault proxy (also the kit's) that
+//! adds latency or swallows traffic.
 //!
 //! The proxies run on a runtime of their own, on its own thread, so that
 //! they keep forwarding while a contender blocks its thread (redlock is
