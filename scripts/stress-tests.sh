@@ -14,18 +14,19 @@ copies=${2:-2}
 dir=${STRESS_DIR:-$(mktemp -d -t quorumlock-stress.XXXXXX)}
 mkdir -p "$dir"
 source scripts/ensure-redis.sh
-# Every integration test binary: name and path, from cargo's build messages.
+# Every integration test binary: package-target and path, from cargo's
+# build messages (two packages may have a test target of the same name).
 mapfile -t binaries < <(
   cargo test --no-run --message-format=json 2>/dev/null | python3 -c '
-import json, sys
+import json, os, sys
 for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"] \
-            and m["target"]["name"] != "quorumlock":
-        print(m["target"]["name"], m["executable"])
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
+        package = os.path.basename(os.path.dirname(m["manifest_path"]))
+        print(package + "-" + m["target"]["name"], m["executable"])
 '
 )
 failed=0
