@@ -4,16 +4,9 @@
 //! test of their own in quorumlock.)
 
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use quorumlock_testkit::RedisServer;
-
-/// One node for every case (starting one per case would dominate the run).
-fn node() -> &'static RedisServer {
-    static NODE: OnceLock<RedisServer> = OnceLock::new();
-    NODE.get_or_init(RedisServer::start)
-}
 
 /// A duration as a user could type it: plain numbers of any size
 /// (including exponents), units, zero.
@@ -33,18 +26,22 @@ fn typed() -> impl Strategy<Value = String> {
 /// Statuses `quorumlock run` documents; 101 (a Rust panic) is not one.
 const DOCUMENTED: [i32; 9] = [0, 2, 69, 75, 79, 125, 126, 127, 130];
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
-
-    #[test]
-    fn any_duration_flag_is_a_usage_error_or_a_run(
-        ttl in typed(), wait in typed(), grace in typed(), timeout in typed(),
-    ) {
+#[test]
+fn any_duration_flag_is_a_usage_error_or_a_run() {
+    // One node for every case (starting one per case would dominate the
+    // run), owned by the test so that it stops with it: a server in a
+    // `static` is never dropped and would outlive the test process.
+    let node = RedisServer::start();
+    let config = ProptestConfig {
+        cases: 200,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(ttl in typed(), wait in typed(), grace in typed(), timeout in typed())| {
         let key = format!("props:cli:{}", rand::random::<u64>());
         let output = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
             .args(["run", "--key", &key, "--ttl", &ttl, "--wait", &wait, "--grace", &grace])
             .args(["--node-timeout", &timeout, "--", "true"])
-            .env("QUORUMLOCK_NODES", node().url())
+            .env("QUORUMLOCK_NODES", node.url())
             .stdin(Stdio::null())
             .output()
             .expect("run quorumlock");
@@ -52,5 +49,5 @@ proptest! {
         let code = output.status.code();
         prop_assert!(!stderr.contains("panicked"), "{}", stderr);
         prop_assert!(code.is_some_and(|c| DOCUMENTED.contains(&c)), "status {:?}: {}", code, stderr);
-    }
+    });
 }

@@ -4,18 +4,11 @@
 //! against a real redis-server. (The CLI's duration flags have a property
 //! test of their own in quorumlock-cli.)
 
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
 use quorumlock::{Error, LockOptions, Redlock};
 use quorumlock_testkit::{PanicProbe, RedisServer};
-
-/// One node for every case (starting one per case would dominate the run).
-fn node() -> &'static RedisServer {
-    static NODE: OnceLock<RedisServer> = OnceLock::new();
-    NODE.get_or_init(RedisServer::start)
-}
 
 /// Durations from the edges inwards: zero, one nanosecond, the largest, and
 /// random ones of every magnitude.
@@ -101,7 +94,7 @@ fn settings() -> impl Strategy<Value = Settings> {
 
 /// Builds a client from `s` and, when that is accepted, takes, extends and
 /// releases a lock with it; every error must be one a caller can act on.
-async fn exercise(s: &Settings, key: &str) -> Result<(), String> {
+async fn exercise(s: &Settings, node: &RedisServer, key: &str) -> Result<(), String> {
     let mut options = LockOptions::new()
         .retry_delay(s.retry_delay)
         .wait(s.wait)
@@ -117,7 +110,7 @@ async fn exercise(s: &Settings, key: &str) -> Result<(), String> {
         options = options.max_attempts(max);
     }
     let built = Redlock::builder()
-        .node(node().url())
+        .node(node.url())
         .node_timeout(s.node_timeout)
         .connect_timeout(s.connect_timeout)
         .drift(s.drift_factor, s.drift_fixed)
@@ -153,11 +146,17 @@ async fn exercise(s: &Settings, key: &str) -> Result<(), String> {
     Ok(())
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
-
-    #[test]
-    fn any_setting_is_a_config_error_or_a_working_lock(s in settings()) {
+#[test]
+fn any_setting_is_a_config_error_or_a_working_lock() {
+    // One node for every case (starting one per case would dominate the
+    // run), owned by the test so that it stops with it: a server in a
+    // `static` is never dropped and would outlive the test process.
+    let node = RedisServer::start();
+    let config = ProptestConfig {
+        cases: 160,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(s in settings())| {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -166,9 +165,9 @@ proptest! {
         // which run on this thread and which tokio would swallow.
         let probe = PanicProbe::start();
         let key = format!("props:{}", rand::random::<u64>());
-        let outcome = runtime.block_on(exercise(&s, &key));
+        let outcome = runtime.block_on(exercise(&s, &node, &key));
         drop(runtime);
         prop_assert_eq!(probe.panics(), Vec::<String>::new());
         prop_assert!(outcome.is_ok(), "{:?}: {:?}", s, outcome);
-    }
+    });
 }
