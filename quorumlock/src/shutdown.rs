@@ -111,7 +111,7 @@ impl Redlock {
         let releases = held.into_iter().filter_map(|held| {
             held.mark_lost();
             held.claim_release().then_some(async move {
-                let tally = release_held(quorum, &held, deadline, Until::All).await;
+                let tally = release_held(quorum, &held, Some(deadline), Until::All).await;
                 let confirmed = tally.ok + tally.refused >= tally.quorum();
                 (held.resources.clone(), confirmed)
             })

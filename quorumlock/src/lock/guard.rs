@@ -245,7 +245,7 @@ impl Guard {
             return Err(Error::Closed);
         }
         let quorum = &self.shared.quorum;
-        let tally = release_held(quorum, &self.held, quorum.deadline(), Until::Answered).await;
+        let tally = release_held(quorum, &self.held, None, Until::Answered).await;
         self.released = true;
         self.shared.holders.remove(self.holder);
         tracing::debug!(resources = ?self.resources(), ?tally, "lock released");

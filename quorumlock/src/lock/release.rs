@@ -44,8 +44,10 @@ pub(crate) async fn release_all(
 
 /// Releases the held lock `held` on every node (see [`release_all`]), once
 /// no renewal of it can follow the release on any node (see
-/// [`Held::renewals_handed_over`]).
-pub(crate) async fn release_held(quorum: &Quorum, held: &Held, deadline: Instant, until: Until) -> Tally {
+/// [`Held::renewals_handed_over`]). The nodes have until `by` to answer, or
+/// without it one node timeout from the moment the release is sent: the
+/// wait for a renewal round in progress must not use up the nodes' time.
+pub(crate) async fn release_held(quorum: &Quorum, held: &Held, by: Option<Instant>, until: Until) -> Tally {
     // A round awaits its replies for at most the node timeout; twice that
     // covers a busy scheduler. A round that never ends was on a runtime
     // that shut down: its task is gone, and no renewal can follow anyway.
@@ -56,6 +58,7 @@ pub(crate) async fn release_held(quorum: &Quorum, held: &Held, deadline: Instant
     if futures::poll!(handed_over.as_mut()).is_pending() {
         let _ = tokio::time::timeout(limit, handed_over).await;
     }
+    let deadline = by.unwrap_or_else(|| quorum.deadline());
     let finish_by = Instant::now() + held.ttl();
     release_all(quorum, held.release(), deadline, finish_by, until, &[]).await
 }
@@ -66,6 +69,6 @@ pub(crate) async fn release_held(quorum: &Quorum, held: &Held, deadline: Instant
 pub(crate) fn release_in_background(quorum: &Arc<Quorum>, held: &Arc<Held>) {
     let (task_quorum, held) = (Arc::clone(quorum), Arc::clone(held));
     quorum.tasks.spawn_if_running(Work::Release, async move {
-        release_held(&task_quorum, &held, task_quorum.deadline(), Until::All).await;
+        release_held(&task_quorum, &held, None, Until::All).await;
     });
 }
