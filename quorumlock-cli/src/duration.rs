@@ -1,64 +1,20 @@
-//! Human-friendly durations for the command line: `30s`, `500ms`, `2m`,
-//! `1h`, `1m30s`, `1.5s`; a plain number is seconds.
+//! Durations on the command line: `30s`, `500ms`, `2m`, `1h`, `1m30s`,
+//! `1.5s`; a plain number is seconds (the library's format).
 
 use std::time::Duration;
 
-/// The units accepted after a number, longest first so that `ms` is not
-/// read as `m` followed by garbage.
-const UNITS: [(&str, f64); 4] = [("ms", 0.001), ("h", 3600.0), ("m", 60.0), ("s", 1.0)];
-
-/// Parses a duration argument (clap `value_parser`).
+/// Parses a duration argument (clap `value_parser`): the library's
+/// format ([`quorumlock::parse_duration`]), so that the command line and
+/// the environment read durations alike.
 ///
 /// # Errors
 ///
-/// A message naming the bad part: empty input, a missing number, an unknown
-/// unit, a negative or too large value.
+/// A message naming the bad part.
 pub(crate) fn parse(input: &str) -> Result<Duration, String> {
-    let text = input.trim();
-    if text.is_empty() {
-        return Err("empty duration (use e.g. 30s, 500ms, 2m or 1h)".into());
-    }
-    if text.starts_with('-') {
-        return Err(format!("{input:?} is negative"));
-    }
-    // A plain number is seconds, as in sleep(1).
-    if let Ok(seconds) = text.parse::<f64>() {
-        return from_seconds(input, seconds);
-    }
-    let mut rest = text;
-    let mut total = 0.0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        if digits == 0 {
-            return Err(format!(
-                "{input:?}: expected a number before {rest:?} (use e.g. 30s, 500ms, 2m or 1h)"
-            ));
-        }
-        let number: f64 = rest[..digits]
-            .parse()
-            .map_err(|_| format!("{input:?}: {:?} is not a number", &rest[..digits]))?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let unit = &rest[..unit_len];
-        let Some((_, scale)) = UNITS.iter().find(|(name, _)| *name == unit) else {
-            return Err(if unit.is_empty() {
-                format!("{input:?}: a unit is missing after {number} (use ms, s, m or h)")
-            } else {
-                format!("{input:?}: unknown unit {unit:?} (use ms, s, m or h, e.g. 30s, 500ms, 2m)")
-            });
-        };
-        total += number * scale;
-        rest = &rest[unit_len..];
-    }
-    from_seconds(input, total)
-}
-
-fn from_seconds(input: &str, seconds: f64) -> Result<Duration, String> {
-    Duration::try_from_secs_f64(seconds).map_err(|_| format!("{input:?} is out of range"))
+    quorumlock::parse_duration(input).map_err(|error| match error {
+        quorumlock::Error::Config(message) => message,
+        other => other.to_string(),
+    })
 }
 
 /// Formats a duration the way [`parse`] reads it back (`1.5s`, `250ms`).

@@ -53,7 +53,13 @@ pub(crate) struct Nodes {
     #[arg(long, value_name = "FILE")]
     tls_ca: Option<PathBuf>,
     /// Time each node has to answer one request.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "100ms")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration::parse,
+        default_value = "100ms",
+        env = "QUORUMLOCK_NODE_TIMEOUT"
+    )]
     pub(crate) node_timeout: Duration,
 }
 

@@ -189,28 +189,87 @@ impl Redlock {
         F: AsyncFnOnce(&Guard) -> T,
     {
         let guard = self.lock(resources, ttl).await?;
-        let outcome = {
-            let work = work(&guard);
-            tokio::select! {
-                // Work that completed wins over a loss seen in the same poll:
-                // its effects have happened.
-                biased;
-                value = work => Some(value),
-                () = guard.lost() => None,
+        hold_while(guard, work).await
+    }
+
+    /// [`Redlock::with_lock`] that does not wait: one attempt, and
+    /// `Ok(None)` (without running `work`) when another owner holds the
+    /// resource. The scoped form of [`Redlock::try_lock`], for work that
+    /// should simply be skipped while someone else does it.
+    ///
+    /// Once the lock is taken, everything is as in [`Redlock::with_lock`]:
+    /// `work` is renewed for as long as it runs (with auto-renewal), dropped
+    /// when the lock is lost ([`Error::Lost`]), and the lock is released at
+    /// the end in every case.
+    ///
+    /// # Errors
+    ///
+    /// As [`Redlock::try_lock`], plus [`Error::Lost`] ([`Error::Closed`] when
+    /// the loss was a [`Redlock::shutdown`]).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use quorumlock::Redlock;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
+    /// let ran = redlock
+    ///     .try_with_lock("report:daily", Duration::from_secs(60), async |_guard| {
+    ///         // Builds the report, unless another instance is already at it.
+    ///     })
+    ///     .await?;
+    /// if ran.is_none() {
+    ///     println!("another instance is building the report");
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn try_with_lock<F, T>(
+        &self,
+        resources: impl Into<Resources>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<Option<T>>
+    where
+        F: AsyncFnOnce(&Guard) -> T,
+    {
+        match self.try_lock(resources, ttl).await? {
+            Some(guard) => hold_while(guard, work).await.map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Runs `work` while `guard` holds the lock, dropping it when the lock is
+/// lost first, and releases the lock at the end (see [`Redlock::with_lock`]).
+async fn hold_while<F, T>(guard: Guard, work: F) -> Result<T>
+where
+    F: AsyncFnOnce(&Guard) -> T,
+{
+    let outcome = {
+        let work = work(&guard);
+        tokio::select! {
+            // Work that completed wins over a loss seen in the same poll:
+            // its effects have happened.
+            biased;
+            value = work => Some(value),
+            () = guard.lost() => None,
+        }
+    };
+    match outcome {
+        Some(value) => {
+            if let Err(error) = guard.release().await {
+                tracing::warn!(%error, "release after with_lock failed; the keys expire with their ttl");
             }
-        };
-        match outcome {
-            Some(value) => {
-                if let Err(error) = guard.release().await {
-                    tracing::warn!(%error, "release after with_lock failed; the keys expire with their ttl");
-                }
-                Ok(value)
-            }
-            None => {
-                let error = guard.lost_error(guard.last_confirmed());
-                drop(guard);
-                Err(error)
-            }
+            Ok(value)
+        }
+        None => {
+            let error = guard.lost_error(guard.last_confirmed());
+            drop(guard);
+            Err(error)
         }
     }
 }

@@ -4,10 +4,11 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 // The layers, each using only those above it in this list:
-// leaves (config, error, options, random, tasks), then wire <- node <-
-// quorum <- lock <- client (builder, client, shutdown) <- extras
+// leaves (config, duration, error, options, random, tasks), then wire <- node <-
+// quorum <- lock <- client (builder, client, env, shutdown) <- extras
 // (idempotency, blocking). docs/design.md has the map.
 mod config;
+mod duration;
 mod error;
 mod options;
 mod random;
@@ -23,6 +24,7 @@ mod lock;
 
 mod builder;
 mod client;
+mod env;
 mod shutdown;
 
 #[cfg(feature = "blocking")]
@@ -37,6 +39,7 @@ pub use config::{
     DEFAULT_RETRY_DELAY, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, FENCE_RETENTION, FENCE_ROUNDS,
     MAX_TTL, MIN_RETRY_DELAY,
 };
+pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrorKind, Result};
 pub use idempotency::Idempotency;
 pub use lock::fence::{Fenced, FencedWrite};
