@@ -6,7 +6,7 @@
 // The layers, each using only those above it in this list:
 // leaves (config, duration, error, options, random, tasks), then wire <- node <-
 // quorum <- lock <- client (builder, client, env, shutdown) <- extras
-// (idempotency, blocking). docs/design.md has the map.
+// (idempotency, blocking, inspect). docs/design.md has the map.
 mod config;
 mod duration;
 mod error;
@@ -30,6 +30,7 @@ mod shutdown;
 #[cfg(feature = "blocking")]
 pub mod blocking;
 mod idempotency;
+mod inspect;
 
 pub use builder::{RedlockBuilder, redact_url};
 pub use client::Redlock;
@@ -42,6 +43,9 @@ pub use config::{
 pub use duration::parse_duration;
 pub use error::{Error, NodeError, NodeErrorKind, Result};
 pub use idempotency::Idempotency;
+pub use inspect::{
+    DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
+};
 pub use lock::fence::{Fenced, FencedWrite};
 pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::resources::{MAX_RESOURCES, Resources};

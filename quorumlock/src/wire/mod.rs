@@ -44,6 +44,7 @@
 pub(crate) mod batch;
 pub(crate) mod fence;
 pub(crate) mod idempotency;
+pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod lock;
 pub(crate) mod queue;
@@ -77,6 +78,8 @@ pub(crate) fn load_all() -> redis::Pipeline {
         &queue::REGISTER,
         &queue::UNREGISTER,
         &queue::ACQUIRE_OR_QUEUE,
+        &inspect::INSPECT,
+        &inspect::FORCE_DELETE,
     ] {
         pipe.cmd("SCRIPT").arg("LOAD").arg(script.source);
     }
@@ -99,7 +102,12 @@ mod tests {
     /// in `KEYS` (the channel prefix is the only name a script writes).
     #[test]
     fn scripts_take_every_key_in_keys() {
-        for script in [&lock::RELEASE, &batch::BATCH, &batch::BATCH_IN_ORDER] {
+        for script in [
+            &lock::RELEASE,
+            &batch::BATCH,
+            &batch::BATCH_IN_ORDER,
+            &inspect::FORCE_DELETE,
+        ] {
             assert!(!script.source.contains("quorumlock:waiters:"));
             assert!(!script.source.contains("quorumlock:fence"));
             assert!(script.source.contains(&format!("'{}'", keys::WAKE_PREFIX)));
@@ -115,7 +123,12 @@ mod tests {
             queue::ANNOUNCE_SCAN,
             queue::ANNOUNCE_BUDGET
         );
-        for script in [&lock::RELEASE, &batch::BATCH, &batch::BATCH_IN_ORDER] {
+        for script in [
+            &lock::RELEASE,
+            &batch::BATCH,
+            &batch::BATCH_IN_ORDER,
+            &inspect::FORCE_DELETE,
+        ] {
             assert!(script.source.contains(&limits));
         }
     }
