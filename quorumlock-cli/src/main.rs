@@ -1,5 +1,6 @@
 //! The `quorumlock` command-line tool: `run` (a flock(1) across machines),
-//! `check` (are the nodes fit for Redlock?) and `demo`.
+//! `check` (are the nodes fit for Redlock?), `status` and `unlock` (who
+//! holds a lock, and clearing it) and `demo`.
 
 // Unsafe only in small reviewed libc calls, each allowed where it is made.
 #![deny(unsafe_code)]
@@ -12,8 +13,10 @@ mod guardian;
 mod nodes;
 mod reap;
 mod run;
+mod status;
 mod supervise;
 mod tls;
+mod unlock;
 
 use std::process::ExitCode;
 
@@ -25,6 +28,13 @@ pub(crate) use nodes::Nodes;
 pub(crate) mod exit {
     /// `check`: at least one node is unusable (or, with `--strict`, has a warning).
     pub(crate) const CHECK_FAILED: u8 = 1;
+    /// `status`: some key is held (and none indeterminate).
+    pub(crate) const HELD: u8 = 1;
+    /// `status`: some key is neither held nor free by a majority.
+    pub(crate) const INDETERMINATE: u8 = 3;
+    /// `unlock`: nothing was deleted (no node held the token or the key), or
+    /// the confirmation was declined.
+    pub(crate) const NOTHING_DELETED: u8 = 1;
     /// Bad usage: unknown option, bad duration, no nodes, bad node URL.
     pub(crate) const USAGE: u8 = 2;
     /// Too many nodes failed or were too slow to reach a majority (sysexits' EX_UNAVAILABLE).
@@ -57,12 +67,18 @@ Examples:
   quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive --older-than 30d
+  quorumlock status archive:nightly          (who holds it, for how long, waiters)
+  quorumlock unlock archive:nightly --token 5f0c9e2a4b7d41e3a8c6f1b2d3e4a5b6
+  quorumlock unlock archive:nightly --force  (asks first; --yes in scripts)
 
 Exit statuses of `run`: the command's own (128+N when it died of signal N);
   2 bad usage, 69 nodes unreachable, 75 lock busy, 79 lock lost (command
   terminated), 125 quorumlock failed (command terminated), 126 command not
   executable, 127 command not found.
-  `check`: 0 usable, 1 a node is unusable, 2 bad usage.";
+  `check`: 0 usable, 1 a node is unusable, 2 bad usage.
+  `status`: 0 every key free, 1 some key held, 3 some key indeterminate, 2 bad usage.
+  `unlock`: 0 deleted, 1 nothing to delete (or declined), 2 bad usage,
+  69 fewer than a majority of nodes answered.";
 
 /// Distributed locks over N independent Redis nodes (Redlock).
 #[derive(Parser, Debug)]
@@ -78,6 +94,10 @@ enum Command {
     Run(run::Args),
     /// Check each node: latency, version, role, persistence, clock offset.
     Check(check::Args),
+    /// Show who holds each lock, for how long, and how many wait (operators).
+    Status(status::Args),
+    /// Clear a lock: by its holder's token, or --force whoever holds it (operators).
+    Unlock(unlock::Args),
     /// Contending workers over local (or given) nodes while a node crashes.
     #[cfg(feature = "demo")]
     Demo(demo::Args),
@@ -106,6 +126,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Check(args) => runtime.block_on(check::run(args)),
+        Command::Status(args) => runtime.block_on(status::run(args)),
+        Command::Unlock(args) => runtime.block_on(unlock::run(args)),
         #[cfg(feature = "demo")]
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Guardian => guardian::main(),

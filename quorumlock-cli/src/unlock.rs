@@ -1,0 +1,147 @@
+//! `quorumlock unlock KEY --token T | --force`: clears a lock whose holder
+//! is gone, from [`quorumlock::Redlock::unlock`] and
+//! [`quorumlock::Redlock::force_unlock`].
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use quorumlock::{DeletedValue, Error, NodeError, UnlockOutcome, UnlockReport};
+
+use crate::{Nodes, exit, fail};
+
+const UNLOCK_HELP: &str = "\
+Examples:
+  quorumlock status archive:nightly        (shows the holder's token)
+  quorumlock unlock archive:nightly --token 5f0c9e2a4b7d41e3a8c6f1b2d3e4a5b6
+  quorumlock unlock archive:nightly --force --yes
+
+--token T deletes the key on every node where it still holds T (the check
+and the delete are one step on each node): a lock that has meanwhile passed
+to another holder is left alone. --force deletes whatever the key holds
+(another holder's lock, a value without a ttl, other data) and logs on
+stderr what it deleted on each node. It asks for confirmation when stdin is
+a terminal, and refuses to run without one unless --yes is given.
+
+A holder that is still running is not told: it goes on as if it held the
+lock until its next renewal fails, while someone else may take it at once.
+Clear only locks whose holder is known to be gone. The next queued waiter
+is woken at once.
+
+Exit status: 0 when a key was deleted and a majority of nodes answered,
+1 when there was nothing to delete (--token: no node held that token;
+--force: no key) or the confirmation was declined, 2 on bad usage (including
+--force without a terminal and without --yes), 69 when fewer than a majority
+of nodes answered (the nodes that did not keep the key until its ttl ends).";
+
+/// Options of `quorumlock unlock`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = UNLOCK_HELP)]
+pub(crate) struct Args {
+    #[command(flatten)]
+    nodes: Nodes,
+    /// The lock key (resource name).
+    #[arg(value_name = "KEY")]
+    key: String,
+    /// Delete the key only where it holds this token (the holder's, as `status` shows it).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        required_unless_present = "force",
+        conflicts_with = "force"
+    )]
+    token: Option<String>,
+    /// Delete whatever the key holds, whoever holds it.
+    #[arg(long)]
+    force: bool,
+    /// With --force: do not ask for confirmation.
+    #[arg(long, requires = "force")]
+    yes: bool,
+}
+
+pub(crate) async fn run(args: Args) -> ExitCode {
+    let redlock = match args
+        .nodes
+        .resolve()
+        .and_then(|nodes| nodes.builder())
+        .and_then(|builder| builder.build().map_err(|e| e.to_string()))
+    {
+        Ok(redlock) => redlock,
+        Err(message) => return fail(exit::USAGE, message),
+    };
+    let report = match &args.token {
+        Some(token) => redlock.unlock(&args.key, token).await,
+        None => {
+            if !args.yes {
+                if !std::io::stdin().is_terminal() {
+                    return fail(
+                        exit::USAGE,
+                        "--force deletes another holder's lock: refusing without a terminal to confirm \
+                         on; add --yes",
+                    );
+                }
+                if !confirm(&args.key) {
+                    eprintln!("quorumlock: nothing deleted");
+                    return ExitCode::from(exit::NOTHING_DELETED);
+                }
+            }
+            redlock.force_unlock(&args.key).await
+        }
+    };
+    match report {
+        Ok(report) => outcome(&report),
+        Err(Error::Config(message)) => fail(exit::USAGE, message),
+        Err(error) => fail(exit::INTERNAL, error),
+    }
+}
+
+/// Asks on stderr and reads the answer from stdin (a terminal).
+fn confirm(key: &str) -> bool {
+    eprint!("quorumlock: delete {key:?} on every node, whoever holds it? [y/N] ");
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if std::io::stdin().lock().read_line(&mut answer).is_err() {
+        return false;
+    }
+    matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes")
+}
+
+/// Logs each node's outcome on stderr and returns the exit status.
+fn outcome(report: &UnlockReport) -> ExitCode {
+    for (i, node) in report.nodes.iter().enumerate() {
+        let what = match &node.outcome {
+            UnlockOutcome::Deleted(DeletedValue::String(value)) => format!("deleted {value:?}"),
+            UnlockOutcome::Deleted(DeletedValue::Other { kind }) => format!("deleted a {kind}"),
+            UnlockOutcome::Deleted(_) => "deleted".to_owned(),
+            UnlockOutcome::NotHeld => "nothing to delete".to_owned(),
+            UnlockOutcome::Failed(kind) => {
+                let error = NodeError {
+                    node: node.node.clone(),
+                    kind: kind.clone(),
+                };
+                format!("FAILED ({error}): its key stays until its ttl ends")
+            }
+            _ => "unknown outcome".to_owned(),
+        };
+        eprintln!(
+            "quorumlock: {:?} on node {} ({}): {what}",
+            report.resource,
+            i + 1,
+            node.node
+        );
+    }
+    let (deleted, answered) = (report.deleted(), report.answered());
+    eprintln!(
+        "quorumlock: {:?}: deleted on {deleted} of {} nodes, {answered} answered, majority {}",
+        report.resource,
+        report.nodes.len(),
+        report.quorum
+    );
+    let code = if answered < report.quorum {
+        exit::UNREACHABLE
+    } else if deleted == 0 {
+        exit::NOTHING_DELETED
+    } else {
+        0
+    };
+    ExitCode::from(code)
+}
