@@ -23,7 +23,8 @@ stderr what it deleted on each node. It asks for confirmation when stdin is
 a terminal, and refuses to run without one unless --yes is given.
 
 A holder that is still running is not told: it goes on as if it held the
-lock until its next renewal fails, while someone else may take it at once.
+lock, while someone else may take it at once; its next renewal re-creates the
+key, or finds the lock lost if another process took it. Until then both run.
 Clear only locks whose holder is known to be gone. The next queued waiter
 is woken at once.
 

@@ -242,9 +242,11 @@ impl Redlock {
     /// meanwhile passed to another token keeps it.
     ///
     /// For a holder known to be gone whose lock should not wait out its
-    /// ttl. The holder, if it is still running, is not told: it believes it
-    /// holds the lock until its next renewal fails. Waits for every node, up
-    /// to the node timeout.
+    /// ttl. A holder that is still running is not told: it goes on as if it
+    /// held the lock, and its next renewal either re-creates the keys
+    /// (healing, [`RedlockBuilder::heal`](crate::RedlockBuilder::heal)) or,
+    /// where another process took the lock meanwhile, finds it lost; until
+    /// then both run. Waits for every node, up to the node timeout.
     ///
     /// # Errors
     ///
@@ -272,8 +274,8 @@ impl Redlock {
     /// deletes in one atomic step, so the value reported is the one deleted.
     ///
     /// Not owner-checked: it frees the lock whoever holds it, and a holder
-    /// that is still running goes on as if it held the lock until its next
-    /// renewal fails, while someone else may take it at once. Use it for a
+    /// that is still running is not told (see [`Redlock::unlock`]), while
+    /// someone else may take the lock at once. Use it for a
     /// lock whose holder is gone, or for a key that is not a lock at all
     /// (no ttl, another type: see [`KeyState`]). The next queued waiter is
     /// woken as after a release. Waits for every node, up to the node
