@@ -399,7 +399,7 @@ fn verdict(quorum: &Quorum, nodes: &[NodeInspection], elapsed: Duration) -> Verd
     if nodes.iter().filter(|n| matches!(n.state, KeyState::Free)).count() >= majority {
         return Verdict::Free;
     }
-    for candidate in &nodes[..] {
+    for candidate in nodes {
         let KeyState::Held { token, .. } = &candidate.state else {
             continue;
         };
