@@ -59,7 +59,8 @@ Nodes come from --nodes, --nodes-file or QUORUMLOCK_NODES (comma separated
 redis:// or rediss:// URLs). `ps` shows --nodes to every user of the machine:
 give URLs with a password through QUORUMLOCK_NODES or --nodes-file (chmod 600).
 No URL quorumlock prints shows a password, and the command run by `run` does
-not inherit QUORUMLOCK_NODES.
+not inherit QUORUMLOCK_NODES. QUORUMLOCK_NODE_TIMEOUT sets --node-timeout: the
+names a service reads with quorumlock::Redlock::from_env.
 Durations: 30s, 500ms, 2m, 1h, 1m30s; a plain number is seconds.
 
 Examples:
