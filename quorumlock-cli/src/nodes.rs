@@ -86,6 +86,14 @@ pub(crate) struct Resolved {
 }
 
 impl Nodes {
+    /// A client over these nodes, with the library's defaults for the rest;
+    /// the error is a message for the user (a usage error).
+    pub(crate) fn client(&self) -> Result<Redlock, String> {
+        self.resolve()
+            .and_then(|nodes| nodes.builder())
+            .and_then(|builder| builder.build().map_err(|e| e.to_string()))
+    }
+
     /// The node URLs from the first source given (`--nodes`, then
     /// `--nodes-file`, then `QUORUMLOCK_NODES`), or the usage error to print,
     /// which never contains a password. An empty list is not an error here

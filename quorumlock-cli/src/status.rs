@@ -51,12 +51,7 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> ExitCode {
-    let redlock = match args
-        .nodes
-        .resolve()
-        .and_then(|nodes| nodes.builder())
-        .and_then(|builder| builder.build().map_err(|e| e.to_string()))
-    {
+    let redlock = match args.nodes.client() {
         Ok(redlock) => redlock,
         Err(message) => return fail(exit::USAGE, message),
     };
