@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::config::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, MIN_RETRY_DELAY};
+use crate::config::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, MAX_TTL, MIN_RETRY_DELAY};
 use crate::error::{Error, Result};
 
 /// How a lock is taken and kept: the settings that may differ per call.
@@ -35,6 +35,7 @@ pub struct LockOptions {
     pub(crate) auto_renew: bool,
     pub(crate) max_hold: Option<Duration>,
     pub(crate) max_renewals: Option<u32>,
+    pub(crate) min_hold: Option<Duration>,
     pub(crate) fenced: bool,
 }
 
@@ -48,6 +49,7 @@ impl Default for LockOptions {
             auto_renew: true,
             max_hold: None,
             max_renewals: None,
+            min_hold: None,
             fenced: false,
         }
     }
@@ -114,6 +116,38 @@ impl LockOptions {
         self
     }
 
+    /// Keep the lock for at least this long after it was taken, even when it
+    /// is given back sooner: a release (by [`crate::Guard::release`], at the
+    /// end of [`crate::Redlock::with_lock`], or by dropping the guard) before
+    /// then stops renewal but does not delete the keys; it sets them, on
+    /// every node that still holds our token, to expire when `min_hold` has
+    /// passed since the acquisition began, and
+    /// [`crate::ReleaseReport::kept_until`] says so. Until then nobody else
+    /// can take the lock.
+    ///
+    /// For jobs that must run once per period on a fleet: started from every
+    /// machine's crontab, a short job would otherwise run again on each
+    /// machine that was still waiting when the first one finished. With a
+    /// minimum hold longer than the others wait, they give up instead. No
+    /// minimum by default; at most [`MAX_TTL`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::LockOptions;
+    ///
+    /// // Others wait 5 s at most; the lock stays taken for 1 min whatever the job takes.
+    /// let once = LockOptions::new()
+    ///     .wait(Duration::from_secs(5))
+    ///     .min_hold(Duration::from_secs(60));
+    /// # let _ = once;
+    /// ```
+    pub fn min_hold(mut self, hold: Duration) -> Self {
+        self.min_hold = Some(hold);
+        self
+    }
+
     /// Whether acquisitions also agree on a fencing token
     /// ([`crate::Guard::fence_token`]): a number that grows with every new
     /// holder of the resource, for the resource to refuse a stale holder's
@@ -137,6 +171,13 @@ impl LockOptions {
             return Err(Error::Config(format!(
                 "retry delay must be at least {MIN_RETRY_DELAY:?}, got {:?}",
                 self.retry_delay
+            )));
+        }
+        if let Some(hold) = self.min_hold
+            && hold > MAX_TTL
+        {
+            return Err(Error::Config(format!(
+                "min hold must be at most {MAX_TTL:?}, got {hold:?}"
             )));
         }
         Ok(())

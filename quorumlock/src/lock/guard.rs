@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::release::{release_held, release_in_background};
+use super::release::{give_back, release_in_background};
 use super::shared::Shared;
 use super::state::Held;
 use super::watchdog;
@@ -85,6 +85,14 @@ pub struct ReleaseReport {
     /// Of those, nodes where our token was still present and was deleted
     /// (the others had already expired or lost it).
     pub deleted: usize,
+    /// Of those, nodes where our token was still present and was kept, to
+    /// expire at [`ReleaseReport::kept_until`].
+    pub kept: usize,
+    /// Set when the lock was given back before its minimum hold
+    /// ([`crate::LockOptions::min_hold`]) had passed: its keys were not
+    /// deleted, and expire at this instant. Until then nobody else can
+    /// take the lock.
+    pub kept_until: Option<Instant>,
 }
 
 impl Guard {
@@ -217,6 +225,10 @@ impl Guard {
     /// Stops renewal and deletes the lock's keys on every node,
     /// owner-checked, concurrently.
     ///
+    /// A lock taken with [`crate::LockOptions::min_hold`] and released before
+    /// that time has passed is kept instead: its keys are set, owner-checked,
+    /// to expire when it passes, and [`ReleaseReport::kept_until`] says when.
+    ///
     /// Returns as soon as a majority of nodes confirmed that they hold
     /// nothing of ours (deleted, or already gone): from then on no majority
     /// holds the lock, so others can take it. The nodes still to answer get
@@ -245,14 +257,21 @@ impl Guard {
             return Err(Error::Closed);
         }
         let quorum = &self.shared.quorum;
-        let tally = release_held(quorum, &self.held, None, Until::Answered).await;
+        let given = give_back(quorum, &self.held, None, Until::Answered).await;
         self.released = true;
         self.shared.holders.remove(self.holder);
-        tracing::debug!(resources = ?self.resources(), ?tally, "lock released");
+        let (tally, kept_until) = (given.tally, given.kept_until);
+        tracing::debug!(resources = ?self.resources(), ?tally, ?kept_until, "lock released");
+        let (deleted, kept) = match kept_until {
+            Some(_) => (0, tally.ok),
+            None => (tally.ok, 0),
+        };
         let report = ReleaseReport {
             nodes: tally.nodes,
             confirmed: tally.ok + tally.refused,
-            deleted: tally.ok,
+            deleted,
+            kept,
+            kept_until,
         };
         if report.confirmed >= tally.quorum() {
             Ok(report)

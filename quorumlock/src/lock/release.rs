@@ -1,13 +1,16 @@
-//! Giving a lock back: the owner-checked delete of its keys on every node.
+//! Giving a lock back: the owner-checked delete of its keys on every node,
+//! or, before its minimum hold has passed, their owner-checked expiry at
+//! the end of it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::state::Held;
 use crate::quorum::{Quorum, Tally, Until};
 use crate::tasks::Work;
-use crate::wire::lock::Release;
+use crate::wire::lock::{Extend, Release};
 
 /// Sends `release` to every node, waiting for answers until `deadline` or
 /// the point `until` names. `ok` counts nodes where our token was deleted,
@@ -48,6 +51,75 @@ pub(crate) async fn release_all(
 /// without it one node timeout from the moment the release is sent: the
 /// wait for a renewal round in progress must not use up the nodes' time.
 pub(crate) async fn release_held(quorum: &Quorum, held: &Held, by: Option<Instant>, until: Until) -> Tally {
+    wait_for_renewals(quorum, held).await;
+    let deadline = by.unwrap_or_else(|| quorum.deadline());
+    let finish_by = Instant::now() + held.ttl();
+    release_all(quorum, held.release(), deadline, finish_by, until, &[]).await
+}
+
+/// How a lock was given back.
+pub(crate) struct GivenBack {
+    /// `ok`: nodes where our keys were deleted, or kept until `kept_until`;
+    /// `refused`: nodes where our token was already gone.
+    pub(crate) tally: Tally,
+    /// Set when the lock's minimum hold had not passed: the keys were not
+    /// deleted but set to expire at this instant.
+    pub(crate) kept_until: Option<Instant>,
+}
+
+/// Gives `held` back: deletes its keys on every node (see [`release_held`]),
+/// or, while its minimum hold ([`crate::LockOptions::min_hold`]) has not
+/// passed, sets them, owner-checked, to expire when it does (see
+/// [`keep_held`]). Answers are awaited until `by`, or else the node timeout
+/// from the point where no renewal can follow any more.
+pub(crate) async fn give_back(quorum: &Quorum, held: &Held, by: Option<Instant>, until: Until) -> GivenBack {
+    if held.keep_until(Instant::now()).is_some() {
+        return keep_held(quorum, held, by, until).await;
+    }
+    GivenBack {
+        tally: release_held(quorum, held, by, until).await,
+        kept_until: None,
+    }
+}
+
+/// Keeps the keys of `held` until its minimum hold has passed: once no
+/// renewal of it can follow, sends every node an owner-checked `PEXPIRE` to
+/// the time left until then, rounded up to whole milliseconds so that no key
+/// expires early. A key that is no longer ours (expired, or another owner's)
+/// is left alone. Should the minimum hold pass during the wait for a renewal
+/// round, the keys are deleted instead.
+async fn keep_held(quorum: &Quorum, held: &Held, by: Option<Instant>, until: Until) -> GivenBack {
+    wait_for_renewals(quorum, held).await;
+    let now = Instant::now();
+    let deadline = by.unwrap_or_else(|| quorum.deadline());
+    let Some(kept_until) = held.keep_until(now) else {
+        return GivenBack {
+            tally: release_held(quorum, held, Some(deadline), until).await,
+            kept_until: None,
+        };
+    };
+    let left = kept_until - now;
+    let extend = Arc::new(Extend {
+        keys: Arc::clone(held.resources.keys()),
+        token: Arc::clone(&held.token),
+        ttl_ms: crate::wire::millis(left + Duration::from_nanos(999_999)),
+    });
+    // Nodes still to answer when this returns get their PEXPIRE all the
+    // same, until the keys would have expired on their own.
+    let finish_by = deadline.max(now + held.ttl()).max(kept_until);
+    let tally = quorum
+        .ask(&extend, deadline, finish_by, until, |kept| *kept)
+        .await;
+    GivenBack {
+        tally,
+        kept_until: Some(kept_until),
+    }
+}
+
+/// Ends renewal of `held` and waits, bounded, until no renewal round of it
+/// is still being handed to a node (see [`Held::renewals_handed_over`]): a
+/// renewal arriving after the keep would set the full ttl again.
+async fn wait_for_renewals(quorum: &Quorum, held: &Held) {
     // A round awaits its replies for at most the node timeout; twice that
     // covers a busy scheduler. A round that never ends was on a runtime
     // that shut down: its task is gone, and no renewal can follow anyway.
@@ -58,17 +130,14 @@ pub(crate) async fn release_held(quorum: &Quorum, held: &Held, by: Option<Instan
     if futures::poll!(handed_over.as_mut()).is_pending() {
         let _ = tokio::time::timeout(limit, handed_over).await;
     }
-    let deadline = by.unwrap_or_else(|| quorum.deadline());
-    let finish_by = Instant::now() + held.ttl();
-    release_all(quorum, held.release(), deadline, finish_by, until, &[]).await
 }
 
-/// Releases `held` in the background (a dropped guard, a lost lock), as
-/// tracked work that a shutdown waits for; never blocks. Without a runtime
-/// nothing is sent and the keys expire with their ttl.
+/// Gives `held` back in the background (a dropped guard, a lost lock, see
+/// [`give_back`]), as tracked work that a shutdown waits for; never blocks.
+/// Without a runtime nothing is sent and the keys expire with their ttl.
 pub(crate) fn release_in_background(quorum: &Arc<Quorum>, held: &Arc<Held>) {
     let (task_quorum, held) = (Arc::clone(quorum), Arc::clone(held));
     quorum.tasks.spawn_if_running(Work::Release, async move {
-        release_held(&task_quorum, &held, None, Until::All).await;
+        give_back(&task_quorum, &held, None, Until::All).await;
     });
 }

@@ -23,6 +23,9 @@ pub(crate) struct Held {
     pub(crate) token: Arc<str>,
     /// The fencing token agreed at acquisition, if fenced.
     pub(crate) fence: Option<u64>,
+    /// Until when a release keeps the keys instead of deleting them
+    /// ([`LockOptions::min_hold`] past the acquisition's start).
+    min_hold_until: Option<Instant>,
     /// Fired once, by whoever sees the loss first (watchdog or local timer).
     lost: CancellationToken,
     /// The release of our keys was started (by the guard, its drop, a loss
@@ -71,6 +74,8 @@ impl Held {
             resources,
             token,
             fence,
+            // Validated options keep it within MAX_TTL, which always fits.
+            min_hold_until: options.min_hold.and_then(|hold| start.checked_add(hold)),
             lost: CancellationToken::new(),
             releasing: AtomicBool::new(false),
             renewal_handed_over: Notify::new(),
@@ -249,6 +254,12 @@ impl Held {
             token: Arc::clone(&self.token),
             ttl: self.ttl(),
         }
+    }
+
+    /// The instant until which a release at `now` must keep the keys rather
+    /// than delete them, if the minimum hold has not passed by then.
+    pub(crate) fn keep_until(&self, now: Instant) -> Option<Instant> {
+        self.min_hold_until.filter(|until| now < *until)
     }
 
     /// Whether a release has begun (renewal stops for good).
