@@ -67,6 +67,17 @@ Examples:
   0 3 * * * quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive
   # wait up to 2 minutes for a busy lock, renew a 1-minute ttl while the job runs
   quorumlock run --key reindex --ttl 1m --wait 2m --nodes redis://a:6379,redis://b:6379,redis://c:6379 -- ./reindex.sh
+  # crontab: once per hour on the whole fleet, even when the job takes a second and
+  # the machines' clocks differ: the lock stays taken for 10 minutes, longer than
+  # the others wait for it, so they give up instead of running it again
+  0 * * * * quorumlock run --key sync:hourly --wait 30s --min-hold 10m -- /usr/local/bin/sync
+  # pass the fencing token on, for the job's writes to refuse a stale holder
+  quorumlock run --key ledger --fenced -- ./post-ledger.sh   # reads $QUORUMLOCK_FENCE_TOKEN
+
+The command gets QUORUMLOCK_KEY (the key) and QUORUMLOCK_LOCK_TOKEN (the lock's
+random token, the keys' value) in its environment, and with --fenced also
+QUORUMLOCK_FENCE_TOKEN: a number larger than every earlier holder's, to check
+in the job's writes (e.g. SQL `UPDATE ... WHERE fence < :token`).
 
 The command runs in its own process group and should not read from the terminal.
 It does not inherit QUORUMLOCK_NODES (nor any other variable of quorumlock's that
@@ -101,6 +112,15 @@ pub(crate) struct Args {
     /// the ttl [default: 10s, or half the ttl if that is less]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
+    /// Keep the lock for at least this long after it was taken: a command that ends
+    /// sooner leaves the key to expire then, so that machines still waiting give up
+    /// rather than run the command again (once per period from every crontab)
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    min_hold: Option<Duration>,
+    /// Take a fenced lock and pass its fencing token to the command as
+    /// QUORUMLOCK_FENCE_TOKEN (one more round trip per acquisition).
+    #[arg(long)]
+    fenced: bool,
     /// Report acquisition, release and termination on stderr.
     #[arg(long, short)]
     verbose: bool,
@@ -141,9 +161,12 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Ok(timing) => timing,
         Err(message) => return fail(exit::USAGE, message),
     };
-    let mut options = LockOptions::new().wait(args.wait);
+    let mut options = LockOptions::new().wait(args.wait).fenced(args.fenced);
     if args.wait.is_zero() {
         options = options.max_attempts(1);
+    }
+    if let Some(hold) = args.min_hold {
+        options = options.min_hold(hold);
     }
     let built = args.nodes.resolve().and_then(|nodes| nodes.builder());
     let redlock = match built.map(|b| b.options(options).build()) {
@@ -209,7 +232,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
             return fail(exit::INTERNAL, format!("cannot start the guardian process: {e}"));
         }
     };
-    let child = match supervise::spawn(&args.command, guardian.fd()) {
+    let child = match supervise::spawn(&args.command, &lock_env(&guard), guardian.fd()) {
         Ok(child) => child,
         Err(e) => {
             stand_down(&mut guardian, &mut reaper).await;
@@ -286,14 +309,31 @@ async fn stand_down(guardian: &mut Guardian, reaper: &mut Reaper) {
     }
 }
 
+/// What the command learns of its lock, in its environment (see
+/// [`supervise::LockEnv`]).
+fn lock_env(guard: &Guard) -> supervise::LockEnv {
+    supervise::LockEnv {
+        key: guard.resources().join(","),
+        token: guard.token().to_owned(),
+        fence: guard.fence_token(),
+    }
+}
+
 async fn release(args: &Args, guard: Guard, ttl: Duration) {
     match guard.release().await {
-        Ok(report) if args.verbose => {
-            eprintln!(
+        Ok(report) if args.verbose => match report.kept_until {
+            Some(until) => eprintln!(
+                "quorumlock: kept {:?} on {} of {} nodes until its minimum hold passes, in {}",
+                args.key,
+                report.confirmed,
+                report.nodes,
+                show(until.saturating_duration_since(Instant::now()))
+            ),
+            None => eprintln!(
                 "quorumlock: released {:?} on {} of {} nodes",
                 args.key, report.confirmed, report.nodes
-            )
-        }
+            ),
+        },
         Ok(_) => {}
         Err(e) => eprintln!(
             "quorumlock: warning: release of {:?} failed ({e}); it expires within {}",

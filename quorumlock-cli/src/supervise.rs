@@ -32,6 +32,22 @@ const DEADLINE_REFRESHES_PER_TTL: u32 = 10;
 /// The shortest refresh period, so that a tiny ttl cannot make the loop spin.
 const MIN_DEADLINE_REFRESH: Duration = Duration::from_millis(1);
 
+/// The variables that tell the command about its lock.
+pub(crate) const KEY_ENV: &str = "QUORUMLOCK_KEY";
+pub(crate) const LOCK_TOKEN_ENV: &str = "QUORUMLOCK_LOCK_TOKEN";
+pub(crate) const FENCE_TOKEN_ENV: &str = "QUORUMLOCK_FENCE_TOKEN";
+
+/// What the command learns of the lock it runs under.
+#[derive(Debug)]
+pub(crate) struct LockEnv {
+    /// The lock's key.
+    pub(crate) key: String,
+    /// The lock's random token (the keys' value).
+    pub(crate) token: String,
+    /// The fencing token, when the lock is fenced.
+    pub(crate) fence: Option<u64>,
+}
+
 /// Starts the command in a new process group, killed if quorumlock dies
 /// (PR_SET_PDEATHSIG). Before exec, the child writes its group id to the
 /// guardian itself, and then closes its copy of the guardian's pipe: the
@@ -41,7 +57,11 @@ const MIN_DEADLINE_REFRESH: Duration = Duration::from_millis(1);
 /// std's `spawn` returns only once the child has exec'd (or failed to), so
 /// the group id cannot be forwarded by quorumlock before the command runs;
 /// hence the child announces itself.
-pub(crate) fn spawn(command: &[OsString], guardian: RawFd) -> io::Result<std::process::Child> {
+pub(crate) fn spawn(
+    command: &[OsString],
+    lock: &LockEnv,
+    guardian: RawFd,
+) -> io::Result<std::process::Child> {
     let Some((program, args)) = command.split_first() else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
     };
@@ -50,6 +70,13 @@ pub(crate) fn spawn(command: &[OsString], guardian: RawFd) -> io::Result<std::pr
     for name in nodes::SECRET_ENV {
         cmd.env_remove(name);
     }
+    cmd.env(KEY_ENV, &lock.key).env(LOCK_TOKEN_ENV, &lock.token);
+    // An unfenced run under a fenced one must not pass the outer run's
+    // token on as its own.
+    match lock.fence {
+        Some(fence) => cmd.env(FENCE_TOKEN_ENV, fence.to_string()),
+        None => cmd.env_remove(FENCE_TOKEN_ENV),
+    };
     let parent = std::process::id();
     // SAFETY: everything in the closure is async-signal-safe: libc calls
     // (prctl, getppid, getpid, getpgrp, signal, write, close) on integers
