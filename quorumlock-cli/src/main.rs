@@ -59,8 +59,9 @@ Nodes come from --nodes, --nodes-file or QUORUMLOCK_NODES (comma separated
 redis:// or rediss:// URLs). `ps` shows --nodes to every user of the machine:
 give URLs with a password through QUORUMLOCK_NODES or --nodes-file (chmod 600).
 No URL quorumlock prints shows a password, and the command run by `run` does
-not inherit QUORUMLOCK_NODES. QUORUMLOCK_NODE_TIMEOUT sets --node-timeout: the
-names a service reads with quorumlock::Redlock::from_env.
+not inherit QUORUMLOCK_NODES. QUORUMLOCK_NODE_TIMEOUT sets --node-timeout and
+QUORUMLOCK_WAIT sets `run --wait`: the names a service reads with
+quorumlock::Redlock::from_env.
 Durations: 30s, 500ms, 2m, 1h, 1m30s; a plain number is seconds.
 
 Examples:
@@ -68,6 +69,8 @@ Examples:
   quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   export QUORUMLOCK_NODES=redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive --older-than 30d
+  quorumlock run --key sync:hourly --wait 30s --min-hold 10m -- ./sync   (once per period)
+  quorumlock run --key ledger --fenced -- ./post.sh   (gets $QUORUMLOCK_FENCE_TOKEN)
   quorumlock status archive:nightly          (who holds it, for how long, waiters)
   quorumlock unlock archive:nightly --token 5f0c9e2a4b7d41e3a8c6f1b2d3e4a5b6
   quorumlock unlock archive:nightly --force  (asks first; --yes in scripts)

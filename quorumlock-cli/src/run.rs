@@ -106,7 +106,13 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     ttl: Option<Duration>,
     /// How long to wait while another owner holds the lock; 0 makes one attempt.
-    #[arg(long, value_name = "DURATION", value_parser = duration::parse, default_value = "10s")]
+    #[arg(
+        long,
+        value_name = "DURATION",
+        value_parser = duration::parse,
+        default_value = "10s",
+        env = "QUORUMLOCK_WAIT"
+    )]
     wait: Duration,
     /// Time between SIGTERM and SIGKILL when the command's group is terminated; at most half
     /// the ttl [default: 10s, or half the ttl if that is less]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::{Persistence, RedisServer, dbsize, leftovers, start_nodes, urls};
+use quorumlock_testkit::{Persistence, RedisServer, dbsize, leftovers, set_foreign, start_nodes, urls};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -222,6 +222,35 @@ fn losing_a_majority_ends(name: &str, script: &str) {
     // renewal); allow the same again for a loaded machine.
     assert!(took < ttl + grace + Duration::from_secs(3), "took {took:?}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `run` without `--wait` waits as long as QUORUMLOCK_WAIT says (the name
+/// `Redlock::from_env` reads), and `--wait` on the command line wins.
+#[test]
+fn run_reads_its_wait_from_the_environment() {
+    let nodes = start_nodes(3);
+    for node in &nodes {
+        set_foreign(node, "cli:env-wait", "someone-else", 60_000);
+    }
+    let busy_after = |env_wait: &str, flags: &[&str]| {
+        let mut args = vec!["run", "--key", "cli:env-wait", "--node-timeout", "500ms"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--", "true"]);
+        let mut cmd = quorumlock(&nodes, &args);
+        cmd.env("QUORUMLOCK_WAIT", env_wait);
+        let start = Instant::now();
+        let out = output(cmd);
+        assert_eq!(out.status.code(), Some(BUSY), "stderr: {}", text(&out.stderr));
+        start.elapsed()
+    };
+    // Far below the 10 s default, far above a single attempt.
+    let waited = busy_after("1500ms", &[]);
+    assert!(
+        waited >= Duration::from_millis(1500) && waited < Duration::from_secs(8),
+        "waited {waited:?} with QUORUMLOCK_WAIT=1500ms"
+    );
+    let waited = busy_after("1m", &["--wait", "0"]);
+    assert!(waited < Duration::from_secs(8), "--wait 0 waited {waited:?}");
 }
 
 #[test]

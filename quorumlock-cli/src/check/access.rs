@@ -34,6 +34,8 @@ enum Need {
     Fencing,
     /// Replica-acknowledged locks (opt-in).
     ReplicaAck,
+    /// The operator tools: `status` and `unlock`.
+    Operator,
     /// Only this check's own view of the node.
     Check,
 }
@@ -74,6 +76,16 @@ const COMMANDS: &[(&str, Need, &str)] = &[
     ("ZADD", Need::Handoff, "waiters queue with it"),
     ("ZREM", Need::Handoff, "waiters leave their queue with it"),
     ("ZPOPMIN", Need::Handoff, "releases pop the next waiter with it"),
+    (
+        "ZRANGE",
+        Need::Lock,
+        "a release whose next waiter left looks further down the queue with it, and fails without it",
+    ),
+    (
+        "ZREMRANGEBYRANK",
+        Need::Lock,
+        "a release drops waiters that left the queue with it, and fails without it",
+    ),
     ("PUBLISH", Need::Handoff, "releases wake the next waiter with it"),
     ("SUBSCRIBE", Need::Handoff, "waiters listen for wake-ups with it"),
     (
@@ -85,6 +97,17 @@ const COMMANDS: &[(&str, Need, &str)] = &[
         "WAIT",
         Need::ReplicaAck,
         "replica-acknowledged locks wait for replicas with it",
+    ),
+    (
+        "TYPE",
+        Need::Operator,
+        "status and unlock tell a lock's token from other data with it",
+    ),
+    ("ZCARD", Need::Operator, "status counts a lock's waiters with it"),
+    (
+        "UNLINK",
+        Need::Operator,
+        "unlock --force deletes whatever holds a key with it",
     ),
     (
         "INFO",
@@ -118,12 +141,17 @@ try('PTTL', KEYS[1])
 try('DEL', KEYS[1])
 try('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 try('DEL', KEYS[1])
+try('TYPE', KEYS[1])
+try('UNLINK', KEYS[1])
 try('TIME')
 try('ZADD', KEYS[2], 'NX', 1, ARGV[1])
 try('PEXPIRE', KEYS[2], ARGV[2])
 try('ZREM', KEYS[2], ARGV[1])
 try('ZADD', KEYS[2], 'NX', 1, ARGV[1])
 try('ZPOPMIN', KEYS[2])
+try('ZCARD', KEYS[2])
+try('ZRANGE', KEYS[2], 0, 0)
+try('ZREMRANGEBYRANK', KEYS[2], 0, 0)
 try('DEL', KEYS[2])
 try('PUBLISH', ARGV[3], ARGV[1])
 return failed
@@ -166,6 +194,10 @@ pub(super) fn deny(report: &mut Report, command: &'static str, detail: &str) {
         Need::ReplicaAck => (
             Level::Warning,
             "replica-acknowledged locks (ReplicaAck) cannot be used",
+        ),
+        Need::Operator => (
+            Level::Warning,
+            "quorumlock status and unlock (Redlock::inspect, unlock, force_unlock) fail on this node",
         ),
         Need::Check => (Level::Warning, "this check sees less; check the rest yourself"),
     };
