@@ -77,6 +77,7 @@
 
 #![warn(missing_docs)]
 
+pub mod alloc;
 pub mod checker;
 pub mod fake;
 pub mod faults;

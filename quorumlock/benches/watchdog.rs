@@ -8,9 +8,15 @@
 //!   sending the owner-checked extend script to every node (what a naive
 //!   watchdog does, but owner-checked), over the same kind of connections.
 //!
-//! Reported per variant: script calls the servers executed (round trips; from
-//! `INFO commandstats`), and the client's CPU time (this process's user +
-//! system time from /proc/self/stat), both per second of the window.
+//! Reported per variant: script calls the servers executed (every `EVAL`,
+//! `EVALSHA` and `FCALL` form, pipelined or not, from `INFO commandstats`),
+//! and the client's CPU time (the time its threads ran, from
+//! /proc/self/task/*/schedstat, in nanoseconds), both per second of the
+//! window; and for the watchdog, the heap bytes each held lock costs (a
+//! counting allocator: live bytes with the locks held and renewed, less live
+//! bytes before they were taken, over the number of locks). A count that must
+//! not be zero (the watchdog's script calls) stops the run rather than give a
+//! ratio over it.
 //!
 //! `cargo bench --bench watchdog` (10,000 locks); `-- --smoke` for a tiny run.
 
@@ -21,7 +27,11 @@ use quorumlock::Redlock;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use quorumlock_testkit::alloc::Counting;
 use quorumlock_testkit::server;
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 use server::RedisServer;
 
@@ -41,20 +51,33 @@ fn main() {
         .build()
         .unwrap();
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    let ours = runtime.block_on(watchdog(&servers, locks, window));
+    let (ours, heap_per_lock) = runtime.block_on(watchdog(&servers, locks, window));
     let naive = runtime.block_on(per_lock_timers(&servers, locks, window));
+    assert!(
+        ours.calls > 0.0,
+        "the watchdog made no script call in {window:?}: the count is broken, not the watchdog free"
+    );
+    assert!(
+        naive.calls > 0.0,
+        "the per-lock timers made no script call in {window:?}"
+    );
     println!("{locks} locks, ttl {TTL:?}, 5 nodes, window {window:?}, tokio current_thread");
     println!();
     println!("| renewal | script calls/s per node | client CPU ms/s |");
     println!("|---|---:|---:|");
-    println!("| shared watchdog | {:.1} | {:.1} |", ours.calls, ours.cpu_ms);
-    println!("| timer per lock | {:.1} | {:.1} |", naive.calls, naive.cpu_ms);
+    println!("| shared watchdog | {:.1} | {:.2} |", ours.calls, ours.cpu_ms);
+    println!("| timer per lock | {:.1} | {:.2} |", naive.calls, naive.cpu_ms);
     println!();
     println!(
-        "ratio timer-per-lock / watchdog: {:.0}x round trips, {:.1}x client CPU",
+        "ratio timer-per-lock / watchdog: {:.0}x round trips, {} client CPU",
         naive.calls / ours.calls,
-        naive.cpu_ms / ours.cpu_ms
+        if ours.cpu_ms > 0.0 {
+            format!("{:.1}x", naive.cpu_ms / ours.cpu_ms)
+        } else {
+            "no ratio (the watchdog used no measurable CPU)".to_owned()
+        }
     );
+    println!("shared watchdog: {heap_per_lock:.0} heap bytes per held lock (live, with renewal running)");
 }
 
 struct Cost {
@@ -66,7 +89,7 @@ struct Cost {
 
 /// Measures `window` of steady state: server script calls and client CPU.
 async fn measure(servers: &[RedisServer], window: Duration) -> Cost {
-    let calls = || servers.iter().map(eval_calls).sum::<u64>();
+    let calls = || servers.iter().map(script_calls).sum::<u64>();
     let (calls_before, cpu_before) = (calls(), cpu_time());
     tokio::time::sleep(window).await;
     let (calls_after, cpu_after) = (calls(), cpu_time());
@@ -77,12 +100,24 @@ async fn measure(servers: &[RedisServer], window: Duration) -> Cost {
     }
 }
 
-async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> Cost {
+/// The watchdog's cost, and the heap bytes per held lock.
+async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> (Cost, f64) {
     let redlock = Redlock::builder()
         .nodes(servers.iter().map(RedisServer::url))
         .build()
         .unwrap();
+    // Connect and load the scripts first, so that the heap figure is the
+    // locks' and not the client's.
+    redlock
+        .try_lock("wd:warmup", TTL)
+        .await
+        .unwrap()
+        .unwrap()
+        .release()
+        .await
+        .unwrap();
     let mut guards = Vec::with_capacity(locks);
+    let before = Counting::snapshot();
     for batch in 0..locks.div_ceil(500) {
         let attempts =
             (0..500.min(locks - batch * 500)).map(|i| redlock.try_lock(format!("wd:{batch}:{i}"), TTL));
@@ -91,9 +126,11 @@ async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> Co
     // Let renewal reach its steady rhythm before measuring.
     tokio::time::sleep(TTL / 3).await;
     let cost = measure(servers, window).await;
+    let held = Counting::snapshot();
     assert!(guards.iter().all(|g| g.is_held()), "the watchdog kept every lock");
     join_all(guards.into_iter().map(|g| g.release())).await;
-    cost
+    let heap_per_lock = (held.live() - before.live()) as f64 / locks as f64;
+    (cost, heap_per_lock)
 }
 
 async fn per_lock_timers(servers: &[RedisServer], locks: usize, window: Duration) -> Cost {
@@ -149,24 +186,40 @@ async fn per_lock_timers(servers: &[RedisServer], locks: usize, window: Duration
     cost
 }
 
-fn eval_calls(server: &RedisServer) -> u64 {
+/// The script commands a server has executed: every form of `EVAL`,
+/// `EVALSHA` and `FCALL`, whether sent alone or in a pipeline.
+fn script_calls(server: &RedisServer) -> u64 {
+    const SCRIPT_COMMANDS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"];
     let reply = server.command(&["INFO", "commandstats"]).unwrap();
     reply
         .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_eval:calls="))
-        .and_then(|rest| rest.split(',').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            SCRIPT_COMMANDS.contains(&name).then_some(rest)
+        })
+        .map(|rest| {
+            rest.split(',')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap()
+        })
+        .sum()
 }
 
-/// User + system CPU time of this process so far (Linux /proc).
+/// The time this process's threads have run on a CPU (Linux schedstat,
+/// nanoseconds: finer than the 10 ms ticks of /proc/self/stat).
 fn cpu_time() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
-    // Fields after the command name (which is in parentheses): utime is the
-    // 14th field of the line, stime the 15th, in clock ticks (100 per second
-    // on Linux).
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let fields: Vec<&str> = after.split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
-    Duration::from_millis(ticks * 10)
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let path = task.unwrap().path().join("schedstat");
+        // A thread that exited since the listing has no file any more.
+        if let Ok(stat) = std::fs::read_to_string(path) {
+            total += stat
+                .split(' ')
+                .next()
+                .and_then(|ns| ns.parse::<u64>().ok())
+                .unwrap();
+        }
+    }
+    Duration::from_nanos(total)
 }
