@@ -136,6 +136,29 @@ pub fn get(server: &RedisServer, key: &str) -> Option<String> {
     lines.next().map(str::to_owned)
 }
 
+/// The script commands `server` has executed so far: every form of `EVAL`,
+/// `EVALSHA` and `FCALL`, sent alone or in a pipeline (scripts cannot call
+/// scripts, so each is one request of a client).
+pub fn script_calls(server: &RedisServer) -> u64 {
+    const SCRIPT_COMMANDS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"];
+    let reply = server
+        .command(&["INFO", "commandstats"])
+        .expect("INFO commandstats");
+    reply
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            SCRIPT_COMMANDS.contains(&name).then_some(rest)
+        })
+        .map(|rest| {
+            rest.split(',')
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .expect("a call count")
+        })
+        .sum()
+}
+
 /// Remaining ttl of `key` on `server` in milliseconds (-2 when missing).
 pub fn pttl(server: &RedisServer, key: &str) -> i64 {
     int(server, &["PTTL", key])

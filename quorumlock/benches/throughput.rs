@@ -12,7 +12,7 @@
 //!
 //! Rounds alternate between the three so that machine noise hits all alike;
 //! the table gives medians over rounds of cycles/s and the median of the
-//! per-round ratios to raw, and the script calls (`EVALSHA`) per cycle per
+//! per-round ratios to raw, and the script calls (every `EVAL`/`EVALSHA` form) per cycle per
 //! node of the batched client (without batching it is 1: the release).
 //!
 //! `cargo bench --bench throughput`; `-- --smoke` for a tiny run.
@@ -222,21 +222,9 @@ async fn raw_cycle(conns: Vec<MultiplexedConnection>, sha: String, key: String) 
     futures::future::join_all(releases).await;
 }
 
-/// Script calls the nodes executed so far (scripts cannot call scripts, so
-/// these are all top-level requests).
+/// Script calls the nodes executed so far, every form counted.
 fn script_calls(nodes: &[RedisServer]) -> u64 {
-    nodes
-        .iter()
-        .map(|node| {
-            let reply = node.command(&["INFO", "commandstats"]).unwrap();
-            reply
-                .lines()
-                .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
-                .and_then(|rest| rest.split(',').next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        })
-        .sum()
+    nodes.iter().map(quorumlock_testkit::script_calls).sum()
 }
 
 fn median(mut values: Vec<f64>) -> f64 {

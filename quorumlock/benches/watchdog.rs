@@ -89,7 +89,7 @@ struct Cost {
 
 /// Measures `window` of steady state: server script calls and client CPU.
 async fn measure(servers: &[RedisServer], window: Duration) -> Cost {
-    let calls = || servers.iter().map(script_calls).sum::<u64>();
+    let calls = || servers.iter().map(quorumlock_testkit::script_calls).sum::<u64>();
     let (calls_before, cpu_before) = (calls(), cpu_time());
     tokio::time::sleep(window).await;
     let (calls_after, cpu_after) = (calls(), cpu_time());
@@ -184,26 +184,6 @@ async fn per_lock_timers(servers: &[RedisServer], locks: usize, window: Duration
         task.abort();
     }
     cost
-}
-
-/// The script commands a server has executed: every form of `EVAL`,
-/// `EVALSHA` and `FCALL`, whether sent alone or in a pipeline.
-fn script_calls(server: &RedisServer) -> u64 {
-    const SCRIPT_COMMANDS: [&str; 6] = ["eval", "evalsha", "eval_ro", "evalsha_ro", "fcall", "fcall_ro"];
-    let reply = server.command(&["INFO", "commandstats"]).unwrap();
-    reply
-        .lines()
-        .filter_map(|line| {
-            let (name, rest) = line.strip_prefix("cmdstat_")?.split_once(":calls=")?;
-            SCRIPT_COMMANDS.contains(&name).then_some(rest)
-        })
-        .map(|rest| {
-            rest.split(',')
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap()
-        })
-        .sum()
 }
 
 /// The time this process's threads have run on a CPU (Linux schedstat,

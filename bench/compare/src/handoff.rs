@@ -221,7 +221,12 @@ async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: u
     let cpu = cpu::this_process() - cpu_before;
     let after = nodes.command_calls(N);
     let turns = turns.lock().unwrap();
-    let handoffs = (*acquired.borrow()).saturating_sub(1).max(1);
+    let handoffs = (*acquired.borrow()).saturating_sub(1);
+    // Every figure of a round is per hand-off: without one there is none to give.
+    assert!(
+        handoffs > 0,
+        "no lock passed from one holder to the next in this round"
+    );
     let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
     let commands: u64 = after
         .keys()

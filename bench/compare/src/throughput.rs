@@ -170,11 +170,20 @@ pub async fn round(
             .await
             .expect("join");
     }
-    let cycles = (after - before).max(1) as f64;
+    // The CPU figures are per cycle: a window without one has none to give
+    // (its rate, 0, still reports what happened).
+    let cycles = after - before;
+    let per_cycle = |spent: Duration| {
+        if cycles == 0 {
+            f64::NAN
+        } else {
+            spent.as_secs_f64() * 1e6 / cycles as f64
+        }
+    };
     Outcome {
         rate: (after - before) as f64 / elapsed.as_secs_f64(),
-        client_us: client.as_secs_f64() * 1e6 / cycles,
-        server_us: server.as_secs_f64() * 1e6 / cycles,
+        client_us: per_cycle(client),
+        server_us: per_cycle(server),
         errors: errors.count.load(Ordering::Relaxed),
         first_error: errors.first.lock().unwrap().take(),
     }
