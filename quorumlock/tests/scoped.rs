@@ -27,6 +27,12 @@ async fn a_busy_resource_skips_the_work_without_waiting() {
         .await
         .unwrap()
         .unwrap();
+    // On a loaded machine the holder may have won with a bare majority, a
+    // node's SET still on its way or timed out: what must stay is what it had.
+    let held_before: Vec<bool> = servers
+        .iter()
+        .map(|server| get(server, "report").as_deref() == Some(guard.token()))
+        .collect();
     let ran = AtomicBool::new(false);
     let started = Instant::now();
     let outcome = other
@@ -46,12 +52,18 @@ async fn a_busy_resource_skips_the_work_without_waiting() {
         "waited {:?}",
         started.elapsed()
     );
-    for server in &servers {
-        assert_eq!(
-            get(server, "report").as_deref(),
-            Some(guard.token()),
-            "the holder's keys stay"
-        );
+    assert!(
+        held_before.iter().filter(|held| **held).count() >= 2,
+        "the holder has a majority"
+    );
+    for (server, held) in servers.iter().zip(held_before) {
+        if held {
+            assert_eq!(
+                get(server, "report").as_deref(),
+                Some(guard.token()),
+                "the holder's keys stay"
+            );
+        }
     }
     guard.release().await.unwrap();
 }
