@@ -14,6 +14,9 @@
 //! of each round's p50 and p99, and the median of the per-round ratios
 //! quorumlock / raw (each ratio from two adjacent rounds).
 //!
+//! A last table gives the heap allocations and bytes allocated per cycle of
+//! each (a counting allocator, over the timed cycles of one more round).
+//!
 //! `cargo bench --bench latency` for the real figures;
 //! `cargo bench --bench latency -- --smoke` (or `cargo test --bench latency -- --smoke`)
 //! for a tiny run that only proves the code works.
@@ -25,7 +28,11 @@ use quorumlock::Redlock;
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
 
+use quorumlock_testkit::alloc::Counting;
 use quorumlock_testkit::server;
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 use server::RedisServer;
 
@@ -67,9 +74,11 @@ fn main() {
         "| N | raw p50 us | ours p50 us | ratio p50 | raw p99 us | ours p99 us | ratio p99 | fenced p50 us | fenced / ours p50 |"
     );
     println!("|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let mut allocations = Vec::new();
     for n in [1, 5] {
         let nodes = &servers[..n];
-        let (raw, ours, fenced) = runtime.block_on(measure(nodes, &settings));
+        let (raw, ours, fenced, allocs) = runtime.block_on(measure(nodes, &settings));
+        allocations.push((n, allocs));
         let median_of = |f: &dyn Fn(usize) -> f64| median((0..raw.len()).map(f).collect());
         println!(
             "| {n} | {:.0} | {:.0} | {:.3} | {:.0} | {:.0} | {:.3} | {:.0} | {:.3} |",
@@ -83,12 +92,27 @@ fn main() {
             median_of(&|i| fenced[i].0 / ours[i].0),
         );
     }
+    println!();
+    println!(
+        "| N | raw allocs/cycle | ours allocs/cycle | fenced allocs/cycle | raw bytes/cycle | ours bytes/cycle | fenced bytes/cycle |"
+    );
+    println!("|--:|--:|--:|--:|--:|--:|--:|");
+    for (n, [raw, ours, fenced]) in allocations {
+        println!(
+            "| {n} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0} |",
+            raw.0, ours.0, fenced.0, raw.1, ours.1, fenced.1
+        );
+    }
 }
+
+/// Allocations and bytes allocated per cycle.
+type PerCycle = (f64, f64);
 
 type Rounds = Vec<(f64, f64)>;
 
-/// Per round: (p50, p99) in microseconds, for raw, quorumlock and fenced.
-async fn measure(nodes: &[RedisServer], s: &Settings) -> (Rounds, Rounds, Rounds) {
+/// Per round: (p50, p99) in microseconds, for raw, quorumlock and fenced;
+/// then the allocations per cycle of each.
+async fn measure(nodes: &[RedisServer], s: &Settings) -> (Rounds, Rounds, Rounds, [PerCycle; 3]) {
     let mut conns = Vec::new();
     for node in nodes {
         let client = redis::Client::open(node.url()).unwrap();
@@ -110,7 +134,35 @@ async fn measure(nodes: &[RedisServer], s: &Settings) -> (Rounds, Rounds, Rounds
         ours.push(sample(s, |i| lock_unlock(&redlock, format!("ql:{round}:{i}"), ttl)).await);
         fenced_rounds.push(sample(s, |i| lock_unlock(&fenced, format!("qf:{round}:{i}"), ttl)).await);
     }
-    (raw, ours, fenced_rounds)
+    let allocs = [
+        allocations(s, |i| raw_cycle(&conns, &sha, format!("raw:a:{i}"))).await,
+        allocations(s, |i| lock_unlock(&redlock, format!("ql:a:{i}"), ttl)).await,
+        allocations(s, |i| lock_unlock(&fenced, format!("qf:a:{i}"), ttl)).await,
+    ];
+    (raw, ours, fenced_rounds, allocs)
+}
+
+/// Allocations and bytes allocated per cycle over `cycles` runs after
+/// `warmup`. Background work of a cycle (a batch flush, a pub/sub task)
+/// that outlives it is counted in the next one, so the mean is the cost.
+async fn allocations<F, Fut>(s: &Settings, mut cycle: F) -> PerCycle
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    for i in 0..s.warmup {
+        cycle(i).await;
+    }
+    let before = Counting::snapshot();
+    for i in s.warmup..s.warmup + s.cycles {
+        cycle(i).await;
+    }
+    let after = Counting::snapshot();
+    let cycles = s.cycles as f64;
+    (
+        (after.allocations - before.allocations) as f64 / cycles,
+        (after.allocated - before.allocated) as f64 / cycles,
+    )
 }
 
 /// Times `warmup + cycles` runs of `cycle(i)`; p50 and p99 of the timed ones.

@@ -166,6 +166,14 @@ pub(crate) const RENEW_DIVISOR: u32 = 3;
 /// costs at most one hand-off that falls back to polling.
 pub(crate) const QUEUE_MARGIN: Duration = Duration::from_secs(1);
 
+/// How long the watchdog task stays when no lock is left to renew, before it
+/// ends. A client that takes its next lock soon (a worker's next job, a
+/// lock taken and released in a loop) would otherwise start and end a task
+/// for every lock; a task that sleeps costs a timer and nothing else. One
+/// second keeps a client that is done with its locks from holding its
+/// watchdog (and through it the node connections) for long.
+pub(crate) const WATCHDOG_LINGER: Duration = Duration::from_secs(1);
+
 /// How long a client stays subscribed after its last waiter left. A client
 /// that waits again soon (a worker taking its next job, a holder queueing
 /// again right after its release) would otherwise send `UNSUBSCRIBE` and

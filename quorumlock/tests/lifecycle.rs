@@ -208,16 +208,30 @@ fn a_cancelled_attempt_leaves_no_key() {
         }
         for round in 0..3 {
             let before = sets();
-            let attempt = redlock.try_lock(format!("cancelled:{round}"), Duration::from_secs(30));
-            tokio::pin!(attempt);
-            let landed = eventually("the SET reached every node", Duration::from_secs(5), || {
-                sets().iter().zip(&before).all(|(now, then)| now > then)
-            });
-            tokio::select! {
-                outcome = &mut attempt => panic!("the attempt ended before its SETs landed: {outcome:?}"),
-                () = landed => {}
+            let key = format!("cancelled:{round}");
+            {
+                let attempt = redlock.try_lock(&key, Duration::from_secs(30));
+                tokio::pin!(attempt);
+                let landed = eventually("the SET reached every node", Duration::from_secs(5), || {
+                    sets().iter().zip(&before).all(|(now, then)| now > then)
+                });
+                tokio::select! {
+                    outcome = &mut attempt => panic!("the attempt ended before its SETs landed: {outcome:?}"),
+                    () = landed => {}
+                }
             }
-            // Cancelled: the keys are set on every node, and nobody holds a guard.
+            // Cancelled: the keys are set on every node, and nobody holds a
+            // guard. The undo, sent behind the SETs, deletes them; the next
+            // round starts after that, so that its SETs do not queue behind
+            // this round's undo on a node (they would then be sent as a
+            // batch once the undo's reply is back, land late, and the
+            // attempt could finish on the other nodes first).
+            eventually(
+                "the undo deleted the round's keys",
+                Duration::from_secs(10),
+                || nodes.iter().all(|node| get(node, &key).is_none()),
+            )
+            .await;
         }
         // The undo's round trip through the proxies takes two seconds.
         let report = redlock.shutdown(Duration::from_secs(10)).await;

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use super::release::release_in_background;
 use super::state::Held;
-use crate::config::RENEW_DIVISOR;
+use crate::config::{RENEW_DIVISOR, WATCHDOG_LINGER};
 use crate::quorum::{Quorum, Tally};
 use crate::tasks::Work;
 use crate::wire::lock::{Renew, RenewItem, RenewStatus};
@@ -66,7 +66,7 @@ impl Watchdog {
     }
 
     /// Stops renewing lock `id` (released or dropped). The task notices at
-    /// its next wake-up (and ends then if no lock is left).
+    /// its next wake-up (and ends [`WATCHDOG_LINGER`] after the last lock).
     pub(crate) fn unregister(&self, id: u64) {
         self.registry().locks.remove(&id);
     }
@@ -94,10 +94,13 @@ pub(crate) fn register(watchdog: &Arc<Watchdog>, held: &Arc<Held>) -> u64 {
 }
 
 /// The watchdog task: sleeps until the next renewal or expiry, renews all
-/// due locks in one batch, and ends when no lock is left to renew or the
-/// client shuts down (which releases the locks itself).
+/// due locks in one batch, and ends when no lock was left to renew for
+/// [`WATCHDOG_LINGER`] or the client shuts down (which releases the locks
+/// itself).
 async fn run(watchdog: Arc<Watchdog>) {
     let closing = watchdog.quorum.tasks.closing();
+    // Since when the registry has been empty.
+    let mut idle_since: Option<Instant> = None;
     loop {
         let now = Instant::now();
         let mut due = Vec::new();
@@ -106,10 +109,22 @@ async fn run(watchdog: Arc<Watchdog>) {
         let mut next_wake: Option<Instant> = None;
         {
             let mut registry = watchdog.registry();
-            if registry.locks.is_empty() || closing.is_cancelled() {
+            if closing.is_cancelled() {
                 registry.locks.clear();
                 registry.task = None;
                 return;
+            }
+            if registry.locks.is_empty() {
+                let end = *idle_since.get_or_insert(now) + WATCHDOG_LINGER;
+                if end <= now {
+                    registry.task = None;
+                    return;
+                }
+                // Sleep until then (below), unless a new lock needs a
+                // renewal sooner and wakes us.
+                next_wake = Some(end);
+            } else {
+                idle_since = None;
             }
             registry.locks.retain(|_, held| {
                 if held.is_released() {
