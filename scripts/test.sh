@@ -38,6 +38,8 @@ cargo run --quiet -p quorumlock --example inventory -- --short --restart
 cargo test -p quorumlock --bench latency -- --smoke
 cargo test -p quorumlock --bench watchdog -- --smoke
 cargo test -p quorumlock --bench throughput -- --smoke
+cargo test -p quorumlock --bench cycle_profile -- --smoke
+cargo test -p quorumlock --bench cycle_profile -- --smoke raw
 cargo test -p quorumlock --bench criterion_lock
 # The comparison with the peer crates (a package of its own, so that the
 # commands above never compile them), every scenario with tiny counts; it
