@@ -14,9 +14,11 @@
 //!   start; setting it makes a rerun take the same random choices (fault
 //!   timing, chosen nodes, contender jitter). The interleaving with real
 //!   servers still varies from run to run.
-//! - `QUORUMLOCK_CHAOS_SOAK=1`: long schedules, about ten times the fault
-//!   cycles of the default run (about five minutes for the file on a 2-core
-//!   machine, against well under one).
+//! - `QUORUMLOCK_CHAOS_SOAK=1`: long schedules (ten to forty times the
+//!   fault cycles or fault time of the default run) with twice the
+//!   contenders and short holds (see `quorumlock_testkit::checker::SOAK_HOLD`),
+//!   for many acquisitions while faults are in force: about nine minutes for
+//!   the file on a 2-core machine, against about half a minute.
 
 use std::time::Duration;
 
@@ -29,6 +31,77 @@ use rand::RngExt;
 use tokio::time::Instant;
 
 const NODES: usize = 3;
+
+/// Fault cycles (a fault, then its heal) of each minority crash, pause and
+/// partition scenario in CI: two, so that the partition scenario has one
+/// black hole and one refusal, in about 3 s of schedule.
+const CI_MINORITY_CYCLES: usize = 2;
+
+/// Fault cycles of each minority crash, pause and partition scenario in the
+/// soak: with the soak's short holds a cycle grants the lock some 15-70
+/// times while its fault is in force (fewest with a black hole, whose split
+/// attempts wait out the node timeout), so these three scenarios make about
+/// half of the soak's acquisitions during faults, in 100-135 s each.
+const SOAK_MINORITY_CYCLES: usize = 80;
+
+/// How long a minority stays slow in CI: a dozen hand-offs over the slow
+/// node at the CI holds.
+const CI_SLOW_FOR: Duration = Duration::from_secs(3);
+
+/// How long a minority stays slow in the soak. An attempt granted by one
+/// fast node and refused by the other waits out the slow node's 100 ms
+/// round trip, and with the soak's contenders retrying every few
+/// milliseconds the three nodes are often split three ways, so nobody wins:
+/// the lock changes hands about 3 times a second here (about 19 with two
+/// contenders). The length buys hand-offs over the slow node (a late SET
+/// followed by its release), not volume.
+const SOAK_SLOW_FOR: Duration = Duration::from_secs(90);
+
+/// How long one node's clock runs 1.5x fast in CI: a few holds without
+/// renewal running past the fast node's expiry.
+const CI_FAST_CLOCK_FOR: Duration = Duration::from_secs(4);
+
+/// How long one node's clock runs 1.5x fast in the soak: this scenario keeps
+/// its long holds (up to 1.5 s, past the fast node's expiry), so the lock
+/// changes hands about once a second and the length buys such holds.
+const SOAK_FAST_CLOCK_FOR: Duration = Duration::from_secs(90);
+
+/// How long the contended run over a misbehaving node lasts in CI.
+const CI_BROKEN_NODE_FOR: Duration = Duration::from_secs(2);
+
+/// How long the contended run over a misbehaving node lasts in the soak: the
+/// fault is in force throughout, and the short soak holds grant the lock
+/// some 65 times a second, about 4,000 grants per kind of misbehaviour.
+const SOAK_BROKEN_NODE_FOR: Duration = Duration::from_secs(60);
+
+/// Majority pauses in CI (each one ttl long, plus the wait for a holder).
+const CI_MAJORITY_PAUSES: usize = 1;
+
+/// Majority pauses in the soak: a loss signal per pause, each from a holder
+/// caught at a different point of its hold.
+const SOAK_MAJORITY_PAUSES: usize = 10;
+
+/// Majority partitions in CI: one black hole and one refusal.
+const CI_MAJORITY_PARTITIONS: usize = 2;
+
+/// Majority partitions in the soak: ten of each kind, as the pauses.
+const SOAK_MAJORITY_PARTITIONS: usize = 20;
+
+/// Forward clock jumps in the all-clocks-fast scenarios in CI, one per hold.
+const CI_CLOCK_JUMPS: usize = 2;
+
+/// Forward clock jumps in the all-clocks-fast scenarios in the soak: each is
+/// a hand-over 10-15 ms after the keys expired, which the unsafe control
+/// must see as an overlap and the safe one must not (about 70 s).
+const SOAK_CLOCK_JUMPS: usize = 30;
+
+/// Majority crashes with a delayed restart in CI.
+const CI_DELAYED_RESTARTS: usize = 1;
+
+/// Majority crashes with a delayed restart in the soak: each catches a
+/// holder, which must be told, and ends with an empty majority that must not
+/// grant before every earlier lock has expired.
+const SOAK_DELAYED_RESTARTS: usize = 10;
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -58,7 +131,7 @@ async fn minority_crash_and_restart_with_aof_keeps_mutual_exclusion() {
         .renewal(Renewal::Mixed)
         .api(Api::Mixed);
     let mut schedule = Schedule::new();
-    for _ in 0..ci_or_soak(2, 20) {
+    for _ in 0..ci_or_soak(CI_MINORITY_CYCLES, SOAK_MINORITY_CYCLES) {
         // A crash that stays down a while, then one restarted at once.
         let (crashed, restarted) = (minority(&mut checker), minority(&mut checker));
         let (before, down, after) = (
@@ -86,7 +159,7 @@ async fn minority_pause_keeps_mutual_exclusion() {
         .renewal(Renewal::Mixed)
         .api(Api::Mixed);
     let mut schedule = Schedule::new();
-    for _ in 0..ci_or_soak(2, 20) {
+    for _ in 0..ci_or_soak(CI_MINORITY_CYCLES, SOAK_MINORITY_CYCLES) {
         let node = minority(&mut checker);
         let (before, paused) = (checker.millis(100, 400), checker.millis(500, 1500));
         schedule = schedule
@@ -108,7 +181,7 @@ async fn minority_partition_keeps_mutual_exclusion() {
         .renewal(Renewal::Mixed)
         .api(Api::Mixed);
     let mut schedule = Schedule::new();
-    for cycle in 0..ci_or_soak(2, 20) {
+    for cycle in 0..ci_or_soak(CI_MINORITY_CYCLES, SOAK_MINORITY_CYCLES) {
         let node = minority(&mut checker);
         let (before, cut) = (checker.millis(100, 400), checker.millis(500, 1500));
         let fault = if cycle % 2 == 0 {
@@ -134,7 +207,7 @@ async fn minority_with_50ms_latency_keeps_mutual_exclusion() {
         .renewal(Renewal::Mixed)
         .api(Api::Mixed);
     let node = minority(&mut checker);
-    let slow = Duration::from_secs(ci_or_soak(3, 60) as u64);
+    let slow = ci_or_soak(CI_SLOW_FOR, SOAK_SLOW_FOR);
     let schedule = Schedule::new()
         .wait(ms(100))
         .then(Action::Latency(node.clone(), ms(50)))
@@ -186,7 +259,7 @@ async fn majority_pause_shorter_than_the_ttl_signals_the_loss_without_overlap() 
         .ttl(ttl)
         .hold(ttl + ms(500), ttl + ms(1000))
         .tail(ms(1500));
-    let cycles = ci_or_soak(1, 10);
+    let cycles = ci_or_soak(CI_MAJORITY_PAUSES, SOAK_MAJORITY_PAUSES);
     let schedule = majority_outage(&mut checker, ttl, cycles, |_, nodes| {
         (Action::Pause(nodes.clone()), Action::Resume(nodes))
     });
@@ -213,7 +286,7 @@ async fn majority_partition_shorter_than_the_ttl_signals_the_loss_without_overla
         .ttl(ttl)
         .hold(ttl + ms(500), ttl + ms(1000))
         .tail(ms(1500));
-    let cycles = ci_or_soak(2, 20);
+    let cycles = ci_or_soak(CI_MAJORITY_PARTITIONS, SOAK_MAJORITY_PARTITIONS);
     let schedule = majority_outage(&mut checker, ttl, cycles, |cycle, nodes| {
         let start = if cycle % 2 == 0 {
             Action::BlackHole(nodes.clone())
@@ -251,7 +324,7 @@ async fn one_node_clock_1_5x_fast_keeps_mutual_exclusion() {
     let schedule = Schedule::new()
         .wait(ms(50))
         .then(Action::ClockRate(1.5))
-        .wait(Duration::from_secs(ci_or_soak(4, 60) as u64));
+        .wait(ci_or_soak(CI_FAST_CLOCK_FOR, SOAK_FAST_CLOCK_FOR));
     let cluster = Cluster::start_skewed(NODES, Persistence::None, SkewedClock::new(1.0, 0), &[node]);
     let (report, _cluster) = checker.run(cluster, schedule).await;
     report.assert_safe();
@@ -276,7 +349,7 @@ async fn all_clocks_slightly_fast(scenario: &str, drift: Option<(f64, Duration)>
     }
     let mut schedule = Schedule::new().then(Action::ClockRate(rate));
     // One jump per ttl at most: two within one hold would add up to more.
-    for _ in 0..ci_or_soak(2, 30) {
+    for _ in 0..ci_or_soak(CI_CLOCK_JUMPS, SOAK_CLOCK_JUMPS) {
         let before = checker.millis(0, 200);
         schedule = schedule
             .wait(before)
@@ -335,7 +408,7 @@ async fn all_clocks_fast_without_a_drift_allowance_detects_overlap() {
 async fn majority_restart_without_persistence_detects_overlap() {
     // A holder with a long ttl; a majority restarts empty under it. The
     // other contender takes the lock on the empty majority before the
-    // holder's watchdog comes round (every ttl/6 = 1 s) to heal its keys or
+    // holder's watchdog comes round (every ttl/3 = 2 s) to heal its keys or
     // notice the other token: two holders.
     let ttl = Duration::from_secs(6);
     let mut checker = Checker::new("UNSAFE: majority restarted empty (no persistence)")
@@ -372,7 +445,7 @@ async fn majority_restarted_after_the_ttl_keeps_mutual_exclusion() {
         .hold(ttl + ms(200), ttl + ms(500))
         .tail(ms(1000));
     let mut schedule = Schedule::new();
-    for _ in 0..ci_or_soak(1, 10) {
+    for _ in 0..ci_or_soak(CI_DELAYED_RESTARTS, SOAK_DELAYED_RESTARTS) {
         let nodes = majority(&mut checker);
         let down = ttl + checker.millis(100, 400);
         schedule = schedule
@@ -546,7 +619,7 @@ async fn broken_node_is_a_failed_node(misbehaviour: Misbehaviour, scenario: &str
     // Contenders over 2 real nodes and the misbehaving one.
     let [fake, _] = fakes;
     let cluster = Cluster::from_servers(real).with_fake(fake);
-    let schedule = Schedule::new().wait(Duration::from_secs(ci_or_soak(2, 30) as u64));
+    let schedule = Schedule::new().wait(ci_or_soak(CI_BROKEN_NODE_FOR, SOAK_BROKEN_NODE_FOR));
     let (report, cluster) = checker.tail(ms(0)).run(cluster, schedule).await;
     report.assert_safe();
     assert!(report.acquisitions > 0);

@@ -70,14 +70,56 @@ pub const SOAK_VAR: &str = "QUORUMLOCK_CHAOS_SOAK";
 /// that does not fire shows up as the rest of the hold (hundreds of ms).
 pub const SIGNAL_TOLERANCE: Duration = Duration::from_millis(250);
 
+/// Contenders per scenario in CI, unless a scenario sets its own: a holder
+/// and two clients racing for its release, enough for split votes and
+/// hand-offs while the file stays near half a minute on 2 cores.
+pub const CI_CONTENDERS: usize = 3;
+
+/// Contenders per scenario in the soak, unless a scenario sets its own: more
+/// clients racing for every release than in CI, so that more attempts meet
+/// each fault and more of them split the nodes between them.
+pub const SOAK_CONTENDERS: usize = 6;
+
+/// Hold times in CI, unless a scenario sets its own: several steps of work
+/// each, so that a fault often lands inside a critical section.
+pub const CI_HOLD: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(300));
+
+/// Hold times in the soak, unless a scenario sets its own: one holder at a
+/// time makes at most one acquisition per hold, so short holds make many
+/// acquisitions per second of fault (the CI holds make a few), while each
+/// is still at least three steps ([`SOAK_STEP`]) long, so a holder checks its
+/// lock inside.
+pub const SOAK_HOLD: (Duration, Duration) = (Duration::from_millis(3), Duration::from_millis(20));
+
+/// A holder's step in CI: a few `is_held` checks per hold without making
+/// the holders the busiest tasks of the run.
+pub const CI_STEP: Duration = Duration::from_millis(20);
+
+/// A holder's step in the soak: a third of the shortest [`SOAK_HOLD`], and
+/// the resolution of tokio's timer, so no finer step would be kept.
+pub const SOAK_STEP: Duration = Duration::from_millis(1);
+
+/// Pause between attempts in CI, unless a scenario sets its own: often
+/// enough that a release is soon taken up, rarely enough that refused
+/// attempts do not crowd out the holder on a 2-core machine.
+pub const CI_RETRY: (Duration, Duration) = (Duration::from_millis(5), Duration::from_millis(40));
+
+/// Pause between attempts in the soak, unless a scenario sets its own:
+/// shorter on average than a [`SOAK_HOLD`], so that with [`SOAK_CONTENDERS`]
+/// retrying a release is taken up within a millisecond or two and the short
+/// holds turn into many acquisitions; at least a millisecond, so that the
+/// refused clients do not spin and starve the holder of CPU.
+pub const SOAK_RETRY: (Duration, Duration) = (Duration::from_millis(1), Duration::from_millis(10));
+
 /// Whether the long schedules are asked for (`QUORUMLOCK_CHAOS_SOAK=1`).
 pub fn soak() -> bool {
     std::env::var(SOAK_VAR).is_ok_and(|v| v == "1")
 }
 
-/// `ci` normally, `soak` under `QUORUMLOCK_CHAOS_SOAK=1`.
-pub fn ci_or_soak(ci: usize, soak_count: usize) -> usize {
-    if soak() { soak_count } else { ci }
+/// `ci` normally, `soak_value` under `QUORUMLOCK_CHAOS_SOAK=1`: a cycle
+/// count, a duration or any other setting of a schedule.
+pub fn ci_or_soak<T>(ci: T, soak_value: T) -> T {
+    if soak() { soak_value } else { ci }
 }
 
 /// Which contenders let the watchdog renew their lock.
@@ -136,10 +178,11 @@ struct Plan {
 }
 
 impl Checker {
-    /// A scenario named `scenario`; prints its seed. Defaults: 3 contenders,
-    /// ttl 1 s, per-node timeout 150 ms, auto-renewal, holds of 50-300 ms in
-    /// 20 ms steps, 5-40 ms between attempts, 500 ms of running after the
-    /// last fault.
+    /// A scenario named `scenario`; prints its seed. Defaults: ttl 1 s,
+    /// per-node timeout 150 ms, auto-renewal, 500 ms of running after the
+    /// last fault, and [`CI_CONTENDERS`] contenders holding for [`CI_HOLD`]
+    /// in [`CI_STEP`] steps with [`CI_RETRY`] between attempts; in the soak,
+    /// [`SOAK_CONTENDERS`], [`SOAK_HOLD`], [`SOAK_STEP`] and [`SOAK_RETRY`].
     pub fn new(scenario: &str) -> Checker {
         let seed = std::env::var(SEED_VAR)
             .ok()
@@ -159,16 +202,16 @@ impl Checker {
             seed,
             rng: StdRng::seed_from_u64(seed ^ stream),
             plan: Plan {
-                contenders: 3,
+                contenders: ci_or_soak(CI_CONTENDERS, SOAK_CONTENDERS),
                 resource: "chaos:resource".to_string(),
                 ttl: Duration::from_secs(1),
                 node_timeout: Duration::from_millis(150),
                 renewal: Renewal::Auto,
                 api: Api::TryLock,
                 drift: None,
-                hold: (Duration::from_millis(50), Duration::from_millis(300)),
-                step: Duration::from_millis(20),
-                retry: (Duration::from_millis(5), Duration::from_millis(40)),
+                hold: ci_or_soak(CI_HOLD, SOAK_HOLD),
+                step: ci_or_soak(CI_STEP, SOAK_STEP),
+                retry: ci_or_soak(CI_RETRY, SOAK_RETRY),
                 max_rounds: None,
             },
             tail: Duration::from_millis(500),
