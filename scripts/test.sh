@@ -12,6 +12,7 @@ else
 fi
 if cargo clippy --version >/dev/null 2>&1; then
   cargo clippy --all-targets --all-features -- -D warnings
+  cargo clippy -p quorumlock-model --all-targets -- -D warnings
 else
   echo "clippy not installed: skipping lints" >&2
 fi
@@ -19,6 +20,9 @@ fi
 # Library, CLI (with its demo), test kit, integration tests and the
 # README/rustdoc examples.
 cargo test --features quorumlock-cli/demo
+# The protocol model: the safe configurations explored exhaustively and the
+# negative controls' counterexamples (release build: about a minute on 2 cores).
+cargo test --release -p quorumlock-model
 # The API docs build without a broken link.
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 # The optional features must keep compiling; the blocking client has its own tests.

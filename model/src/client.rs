@@ -1,0 +1,426 @@
+//! What a client does: start an attempt, count replies, decide, propose a
+//! fence, renew, release, notice a loss. Each function is one step of the
+//! library's code, named where it lives.
+
+use crate::config::{Config, FENCE_ROUNDS, Fencing, TIMEOUT, TTL};
+use crate::state::{Nodes, Phase, Renewed, Reply, Request, Round, Sent, State, Write, bit, count};
+
+/// Every node of the configuration.
+fn all(config: &Config) -> Nodes {
+    ((1u16 << config.nodes) - 1) as Nodes
+}
+
+impl State {
+    /// Sends `request` from `client` to every node in `to`, each on its own
+    /// connection (a node that is down drops it when it arrives).
+    ///
+    /// A checked release is not sent where it cannot act: the node does not
+    /// hold the token and nothing queued before it can set it. Delivering it
+    /// would change nothing, and leaving it out keeps such runs from
+    /// counting as distinct states.
+    fn send(&mut self, config: &Config, client: usize, to: impl Iterator<Item = usize>, request: Request) {
+        for node in to {
+            let link = State::link(config, client, node);
+            if let Request::Release { token } = request
+                && config.release_checks_token
+                && self.nodes[node].key.is_none_or(|key| key.token != token)
+                && !self.to_node[link]
+                    .iter()
+                    .any(|sent| matches!(sent.request, Request::Acquire { .. } | Request::Renew { .. }))
+            {
+                continue;
+            }
+            self.to_node[link].push(Sent {
+                at: self.now,
+                request,
+            });
+        }
+    }
+
+    /// `attempt` (`lock/attempt.rs`): a new token, the start time taken
+    /// before the first request, the acquire sent to every node at once.
+    pub fn start_attempt(&mut self, config: &Config, client: usize) {
+        let c = &mut self.clients[client];
+        let token = config.token(client, config.attempts - c.attempts_left);
+        c.attempts_left -= 1;
+        c.phase = Phase::Acquiring {
+            token,
+            start: self.now,
+            granted: 0,
+            refused: 0,
+            floor: 0,
+            issued_before: self.ghost.highest_issued,
+        };
+        self.send(config, client, 0..config.nodes, Request::Acquire { token });
+    }
+
+    /// A failed attempt: the release goes to every node in `to`, queued
+    /// behind the acquire on nodes that have not answered.
+    fn fail(&mut self, config: &Config, client: usize, token: u8, to: Nodes) {
+        let to = (0..config.nodes).filter(|&n| to & (1 << n) != 0);
+        self.send(config, client, to, Request::Release { token });
+        self.clients[client].phase = Phase::Idle;
+        self.ghost.ended |= bit(token);
+    }
+
+    /// Where a failed first phase sends its release: every node that did not
+    /// refuse (`release_all` skipping `refused_by`), or in the negative
+    /// control only those that granted.
+    fn undo_set(config: &Config, granted: Nodes, refused: Nodes) -> Nodes {
+        if config.undo_unanswered {
+            all(config) & !refused
+        } else {
+            granted
+        }
+    }
+
+    /// The end of a hold (released, or lost): the release goes to every
+    /// node (`release_all`, `release_in_background`).
+    fn end_hold(&mut self, config: &Config, client: usize, token: u8) {
+        self.send(config, client, 0..config.nodes, Request::Release { token });
+        self.clients[client].phase = Phase::Idle;
+        self.ghost.ended |= bit(token);
+    }
+
+    /// `Guard::release`.
+    pub fn release(&mut self, config: &Config, client: usize) {
+        if let Phase::Holding { token, .. } = self.clients[client].phase {
+            self.end_hold(config, client, token);
+        }
+    }
+
+    /// The lock is taken with `valid_until = start + ttl - drift`
+    /// (`Attempt::valid_until`), if that is still ahead (`quorum::validity`
+    /// is positive); otherwise the attempt fails (`ValidityUsedUp`).
+    fn hold(&mut self, config: &Config, client: usize, token: u8, start: u8, fence: u8) {
+        let valid_until = start + TTL - config.drift;
+        if self.now >= valid_until {
+            self.fail(config, client, token, all(config));
+            return;
+        }
+        self.ghost.holds = if config.writes {
+            self.ghost.holds + 1
+        } else {
+            (self.ghost.holds + 1).min(2)
+        };
+        self.clients[client].phase = Phase::Holding {
+            token,
+            valid_until,
+            fence,
+            seq: self.ghost.holds,
+            renewals: 0,
+            renewal: None,
+            wrote: false,
+        };
+    }
+
+    /// Records a fencing token handed to a holder, for the fencing property.
+    fn issue(&mut self, value: u8, issued_before: u8) {
+        assert!(
+            value < 128,
+            "fencing token {value} is past the ghost's 128-bit set: lower the horizon"
+        );
+        let bit = 1u128 << value;
+        self.ghost.duplicate |= self.ghost.issued & bit != 0;
+        self.ghost.not_above_earlier |= value <= issued_before;
+        self.ghost.issued |= bit;
+        self.ghost.highest_issued = self.ghost.highest_issued.max(value);
+    }
+
+    /// Phase 1 decided with a majority of grants: plain, the lock is held;
+    /// fenced, `fence::propose` sends `floor + 1` to every node; the naive
+    /// scheme takes the largest `INCR` reply as the token.
+    fn granted(&mut self, config: &Config, client: usize) {
+        let Phase::Acquiring {
+            token,
+            start,
+            floor,
+            issued_before,
+            ..
+        } = self.clients[client].phase
+        else {
+            return;
+        };
+        match config.fencing {
+            Fencing::Off => self.hold(config, client, token, start, 0),
+            Fencing::NaiveIncr => {
+                self.issue(floor, issued_before);
+                self.hold(config, client, token, start, floor);
+            }
+            Fencing::Majority => self.propose(config, client, token, start, floor + 1, 1, issued_before),
+        }
+    }
+
+    /// One round of `fence::propose`.
+    #[allow(clippy::too_many_arguments)]
+    fn propose(
+        &mut self,
+        config: &Config,
+        client: usize,
+        token: u8,
+        start: u8,
+        value: u8,
+        round: u8,
+        issued_before: u8,
+    ) {
+        self.clients[client].phase = Phase::Fencing {
+            token,
+            start,
+            value,
+            round,
+            round_start: self.now,
+            accepted: 0,
+            rejected: 0,
+            highest: 0,
+            issued_before,
+        };
+        self.send(config, client, 0..config.nodes, Request::Propose { token, value });
+    }
+
+    /// A reply reaches `client`; replies of an attempt or round that is over
+    /// are dropped, as the library stops counting at its decision.
+    pub fn receive(&mut self, config: &Config, client: usize, node: usize, reply: Reply) {
+        let quorum = config.quorum();
+        let most_refusals = config.nodes - quorum;
+        match (self.clients[client].phase, reply) {
+            (
+                Phase::Acquiring {
+                    token,
+                    start,
+                    granted,
+                    refused,
+                    floor,
+                    issued_before,
+                },
+                Reply::Acquire {
+                    token: t,
+                    granted: g,
+                    fence,
+                },
+            ) if t == token => {
+                let (granted, refused) = if g {
+                    (granted | 1 << node, refused)
+                } else {
+                    (granted, refused | 1 << node)
+                };
+                // A refusing node's fence counts too: it is that node's
+                // floor (`acquire_everywhere` keeps the highest of all).
+                self.clients[client].phase = Phase::Acquiring {
+                    token,
+                    start,
+                    granted,
+                    refused,
+                    floor: if g || config.fencing == Fencing::Majority {
+                        floor.max(fence)
+                    } else {
+                        floor
+                    },
+                    issued_before,
+                };
+                if count(granted) >= quorum {
+                    self.granted(config, client);
+                } else if count(refused) > most_refusals {
+                    self.fail(config, client, token, State::undo_set(config, granted, refused));
+                }
+            }
+            (
+                Phase::Fencing {
+                    token,
+                    start,
+                    value,
+                    round,
+                    round_start,
+                    accepted,
+                    rejected,
+                    highest,
+                    issued_before,
+                },
+                Reply::Propose {
+                    token: t,
+                    value: v,
+                    accepted: a,
+                    highest: h,
+                },
+            ) if t == token && v == value => {
+                let (accepted, rejected) = if a {
+                    (accepted | 1 << node, rejected)
+                } else {
+                    (accepted, rejected | 1 << node)
+                };
+                let highest = highest.max(h);
+                self.clients[client].phase = Phase::Fencing {
+                    token,
+                    start,
+                    value,
+                    round,
+                    round_start,
+                    accepted,
+                    rejected,
+                    highest,
+                    issued_before,
+                };
+                let valid_until = start + TTL - config.drift;
+                if count(accepted) >= quorum {
+                    if self.now < valid_until {
+                        self.issue(value, issued_before);
+                    }
+                    self.hold(config, client, token, start, value);
+                } else if count(rejected) > most_refusals {
+                    if round < FENCE_ROUNDS && self.now < valid_until {
+                        let next = value.max(highest) + 1;
+                        self.propose(config, client, token, start, next, round + 1, issued_before);
+                    } else {
+                        self.fail(config, client, token, all(config));
+                    }
+                }
+            }
+            (
+                Phase::Holding {
+                    token,
+                    valid_until,
+                    renewal: Some(mut r),
+                    ..
+                },
+                Reply::Renew {
+                    token: t,
+                    round,
+                    status,
+                },
+            ) if t == token && round == r.start => {
+                match status {
+                    Renewed::Extended | Renewed::Healed => r.confirmed |= 1 << node,
+                    Renewed::Foreign => r.foreign |= 1 << node,
+                    Renewed::Missing => {}
+                }
+                if count(r.confirmed) >= config.renew_quorum() {
+                    // `Held::confirm`: only while the validity has not
+                    // passed; the new validity runs from the round's start.
+                    if self.now < valid_until {
+                        self.ghost.renewed = true;
+                        self.set_renewal(client, None, Some(r.start + TTL - config.drift));
+                    } else {
+                        self.lose(config, client, token);
+                    }
+                } else if count(r.foreign) > most_refusals {
+                    // `watchdog::apply`: a majority holds another token.
+                    self.lose(config, client, token);
+                } else {
+                    self.set_renewal(client, Some(r), None);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The loss (`watchdog::lose`, or the local timer in `Held::lost`): the
+    /// holder is told once, and the release goes to every node.
+    fn lose(&mut self, config: &Config, client: usize, token: u8) {
+        self.ghost.lost = true;
+        self.end_hold(config, client, token);
+    }
+
+    /// Updates a holder's renewal round and, when given, its validity.
+    fn set_renewal(&mut self, client: usize, round: Option<Round>, until: Option<u8>) {
+        if let Phase::Holding {
+            renewal, valid_until, ..
+        } = &mut self.clients[client].phase
+        {
+            *renewal = round;
+            if let Some(until) = until {
+                *valid_until = until;
+            }
+        }
+    }
+
+    /// The watchdog starts a renewal round (`watchdog::renew`): one `RENEW`
+    /// per node, the new validity to run from now.
+    pub fn start_renewal(&mut self, config: &Config, client: usize) {
+        let now = self.now;
+        if let Phase::Holding {
+            token,
+            renewals,
+            renewal,
+            ..
+        } = &mut self.clients[client].phase
+        {
+            *renewals += 1;
+            *renewal = Some(Round {
+                start: now,
+                confirmed: 0,
+                foreign: 0,
+            });
+            let token = *token;
+            self.send(
+                config,
+                client,
+                0..config.nodes,
+                Request::Renew { token, round: now },
+            );
+        }
+    }
+
+    /// A holder that believes it holds the lock sends its one write.
+    pub fn write(&mut self, client: usize) {
+        if let Phase::Holding {
+            fence, seq, wrote, ..
+        } = &mut self.clients[client].phase
+        {
+            *wrote = true;
+            self.to_resource[client] = Some(Write {
+                fence: *fence,
+                seq: *seq,
+            });
+        }
+    }
+
+    /// The resource takes a write: fenced, only at or above the highest
+    /// token it has seen (`FENCED_WRITE`, `token < seen` refused).
+    pub fn apply_write(&mut self, config: &Config, client: usize) {
+        let Some(write) = self.to_resource[client].take() else {
+            return;
+        };
+        if config.fencing != Fencing::Off && write.fence < self.resource_seen {
+            self.ghost.write_refused = true;
+            return;
+        }
+        self.resource_seen = self.resource_seen.max(write.fence);
+        self.ghost.write_out_of_order |= write.seq < self.ghost.last_write;
+        self.ghost.last_write = self.ghost.last_write.max(write.seq);
+    }
+
+    /// What a client's timers do when the clock reaches `now`: an attempt,
+    /// a proposal round or a renewal round stops counting at its deadline
+    /// (the per-node timeout, and for a proposal or renewal the validity),
+    /// and the local timer fires the loss at `valid_until`.
+    pub fn client_timers(&mut self, config: &Config, client: usize) {
+        let now = self.now;
+        match self.clients[client].phase {
+            Phase::Acquiring {
+                token,
+                start,
+                granted,
+                refused,
+                ..
+            } if now >= start + TIMEOUT => {
+                self.fail(config, client, token, State::undo_set(config, granted, refused))
+            }
+            Phase::Fencing {
+                token,
+                start,
+                round_start,
+                ..
+            } if now >= (round_start + TIMEOUT).min(start + TTL - config.drift) => {
+                self.fail(config, client, token, all(config))
+            }
+            Phase::Holding {
+                token, valid_until, ..
+            } if now >= valid_until => self.lose(config, client, token),
+            Phase::Holding {
+                valid_until,
+                renewal: Some(r),
+                ..
+            } if now >= (r.start + TIMEOUT).min(valid_until) => self.set_renewal(client, None, None),
+            _ => {}
+        }
+    }
+}
