@@ -82,6 +82,14 @@ impl State {
         self.ghost.ended |= bit(token);
     }
 
+    /// An attempt dropped by its caller: `Undo` in `lock/attempt.rs`
+    /// releases on every node.
+    pub fn cancel(&mut self, config: &Config, client: usize) {
+        if let Phase::Acquiring { token, .. } | Phase::Fencing { token, .. } = self.clients[client].phase {
+            self.fail(config, client, token, all(config));
+        }
+    }
+
     /// `Guard::release`.
     pub fn release(&mut self, config: &Config, client: usize) {
         if let Phase::Holding { token, .. } = self.clients[client].phase {
@@ -180,135 +188,156 @@ impl State {
     /// A reply reaches `client`; replies of an attempt or round that is over
     /// are dropped, as the library stops counting at its decision.
     pub fn receive(&mut self, config: &Config, client: usize, node: usize, reply: Reply) {
-        let quorum = config.quorum();
-        let most_refusals = config.nodes - quorum;
-        match (self.clients[client].phase, reply) {
-            (
-                Phase::Acquiring {
-                    token,
-                    start,
-                    granted,
-                    refused,
-                    floor,
-                    issued_before,
-                },
-                Reply::Acquire {
-                    token: t,
-                    granted: g,
-                    fence,
-                },
-            ) if t == token => {
-                let (granted, refused) = if g {
-                    (granted | 1 << node, refused)
-                } else {
-                    (granted, refused | 1 << node)
-                };
-                // A refusing node's fence counts too: it is that node's
-                // floor (`acquire_everywhere` keeps the highest of all).
-                self.clients[client].phase = Phase::Acquiring {
-                    token,
-                    start,
-                    granted,
-                    refused,
-                    floor: if g || config.fencing == Fencing::Majority {
-                        floor.max(fence)
-                    } else {
-                        floor
-                    },
-                    issued_before,
-                };
-                if count(granted) >= quorum {
-                    self.granted(config, client);
-                } else if count(refused) > most_refusals {
-                    self.fail(config, client, token, State::undo_set(config, granted, refused));
-                }
+        match reply {
+            Reply::Acquire {
+                token,
+                granted,
+                fence,
+            } => self.on_acquire(config, client, node, token, granted, fence),
+            Reply::Propose {
+                token,
+                value,
+                accepted,
+                highest,
+            } => self.on_propose(config, client, node, (token, value), accepted, highest),
+            Reply::Renew { token, round, status } => {
+                self.on_renew(config, client, node, (token, round), status)
             }
-            (
-                Phase::Fencing {
-                    token,
-                    start,
-                    value,
-                    round,
-                    round_start,
-                    accepted,
-                    rejected,
-                    highest,
-                    issued_before,
-                },
-                Reply::Propose {
-                    token: t,
-                    value: v,
-                    accepted: a,
-                    highest: h,
-                },
-            ) if t == token && v == value => {
-                let (accepted, rejected) = if a {
-                    (accepted | 1 << node, rejected)
-                } else {
-                    (accepted, rejected | 1 << node)
-                };
-                let highest = highest.max(h);
-                self.clients[client].phase = Phase::Fencing {
-                    token,
-                    start,
-                    value,
-                    round,
-                    round_start,
-                    accepted,
-                    rejected,
-                    highest,
-                    issued_before,
-                };
-                let valid_until = start + TTL - config.drift;
-                if count(accepted) >= quorum {
-                    if self.now < valid_until {
-                        self.issue(value, issued_before);
-                    }
-                    self.hold(config, client, token, start, value);
-                } else if count(rejected) > most_refusals {
-                    if round < FENCE_ROUNDS && self.now < valid_until {
-                        let next = value.max(highest) + 1;
-                        self.propose(config, client, token, start, next, round + 1, issued_before);
-                    } else {
-                        self.fail(config, client, token, all(config));
-                    }
-                }
+        }
+    }
+
+    /// Phase 1 counts a grant or a refusal (`acquire_everywhere`), and
+    /// decides as soon as the outcome is certain (`Until::Decided`).
+    fn on_acquire(
+        &mut self,
+        config: &Config,
+        client: usize,
+        node: usize,
+        reply_token: u8,
+        g: bool,
+        fence: u8,
+    ) {
+        let Phase::Acquiring {
+            token,
+            granted,
+            refused,
+            floor,
+            ..
+        } = &mut self.clients[client].phase
+        else {
+            return;
+        };
+        if *token != reply_token {
+            return;
+        }
+        if g {
+            *granted |= 1 << node;
+        } else {
+            *refused |= 1 << node;
+        }
+        // A refusing node's fence counts too: it is that node's floor
+        // (`acquire_everywhere` keeps the highest of all replies). The naive
+        // scheme's token is the largest count of a granting node.
+        if g || config.fencing == Fencing::Majority {
+            *floor = (*floor).max(fence);
+        }
+        let (token, granted, refused) = (*token, *granted, *refused);
+        if count(granted) >= config.quorum() {
+            self.granted(config, client);
+        } else if count(refused) > config.nodes - config.quorum() {
+            self.fail(config, client, token, State::undo_set(config, granted, refused));
+        }
+    }
+
+    /// Phase 2 counts an acceptance or a rejection of the value proposed
+    /// (`fence::propose`): the token once a majority accepted within the
+    /// validity, a new round above the highest reply after a majority of
+    /// rejections, failure when rounds or validity run out.
+    fn on_propose(&mut self, config: &Config, client: usize, node: usize, of: (u8, u8), a: bool, h: u8) {
+        let Phase::Fencing {
+            token,
+            start,
+            value,
+            round,
+            accepted,
+            rejected,
+            highest,
+            issued_before,
+            ..
+        } = &mut self.clients[client].phase
+        else {
+            return;
+        };
+        if (*token, *value) != of {
+            return;
+        }
+        if a {
+            *accepted |= 1 << node;
+        } else {
+            *rejected |= 1 << node;
+        }
+        *highest = (*highest).max(h);
+        let (token, start, value, round, accepted, rejected, highest, issued_before) = (
+            *token,
+            *start,
+            *value,
+            *round,
+            *accepted,
+            *rejected,
+            *highest,
+            *issued_before,
+        );
+        let valid_until = start + TTL - config.drift;
+        if count(accepted) >= config.quorum() {
+            if self.now < valid_until {
+                self.issue(value, issued_before);
             }
-            (
-                Phase::Holding {
-                    token,
-                    valid_until,
-                    renewal: Some(mut r),
-                    ..
-                },
-                Reply::Renew {
-                    token: t,
-                    round,
-                    status,
-                },
-            ) if t == token && round == r.start => {
-                match status {
-                    Renewed::Extended | Renewed::Healed => r.confirmed |= 1 << node,
-                    Renewed::Foreign => r.foreign |= 1 << node,
-                    Renewed::Missing => {}
-                }
-                if count(r.confirmed) >= config.renew_quorum() {
-                    // `Held::confirm`: only while the validity has not
-                    // passed; the new validity runs from the round's start.
-                    if self.now < valid_until {
-                        self.ghost.renewed = true;
-                        self.set_renewal(client, None, Some(r.start + TTL - config.drift));
-                    } else {
-                        self.lose(config, client, token);
-                    }
-                } else if count(r.foreign) > most_refusals {
-                    // `watchdog::apply`: a majority holds another token.
-                    self.lose(config, client, token);
-                } else {
-                    self.set_renewal(client, Some(r), None);
-                }
+            self.hold(config, client, token, start, value);
+        } else if count(rejected) > config.nodes - config.quorum() {
+            if round < FENCE_ROUNDS && self.now < valid_until {
+                let next = value.max(highest) + 1;
+                self.propose(config, client, token, start, next, round + 1, issued_before);
+            } else {
+                self.fail(config, client, token, all(config));
             }
-            _ => {}
+        }
+    }
+
+    /// A renewal round counts one node's status (`watchdog::renew` and
+    /// `apply`).
+    fn on_renew(&mut self, config: &Config, client: usize, node: usize, of: (u8, u8), status: Renewed) {
+        let now = self.now;
+        let Phase::Holding {
+            token,
+            valid_until,
+            renewal: Some(r),
+            ..
+        } = &mut self.clients[client].phase
+        else {
+            return;
+        };
+        if (*token, r.start) != of {
+            return;
+        }
+        match status {
+            Renewed::Extended | Renewed::Healed => r.confirmed |= 1 << node,
+            Renewed::Foreign => r.foreign |= 1 << node,
+            Renewed::Missing => {}
+        }
+        let (token, round) = (*token, *r);
+        if count(round.confirmed) >= config.renew_quorum() {
+            // `Held::confirm`: only while the validity has not passed; the
+            // new validity runs from the round's start.
+            if now < *valid_until {
+                *valid_until = round.start + TTL - config.drift;
+                self.set_renewal(client, None, None);
+                self.ghost.renewed = true;
+            } else {
+                self.lose(config, client, token);
+            }
+        } else if count(round.foreign) > config.nodes - config.quorum() {
+            // `watchdog::apply`: a majority holds another token.
+            self.lose(config, client, token);
         }
     }
 

@@ -21,6 +21,10 @@ pub enum Action {
     Renew(usize),
     /// A holder releases (`Guard::release`).
     Release(usize),
+    /// The caller drops an attempt before it decided (a timeout, a
+    /// `select!`): the attempt's `Undo` guard sends the release to every
+    /// node.
+    Cancel(usize),
     /// A holder that believes it holds the lock sends its write.
     Write(usize),
     /// The resource receives a client's write.
@@ -141,6 +145,7 @@ impl Model for Protocol {
         for (c, client) in state.clients.iter().enumerate() {
             match client.phase {
                 Phase::Idle if client.attempts_left > 0 => actions.push(Action::Start(c)),
+                Phase::Acquiring { .. } | Phase::Fencing { .. } => actions.push(Action::Cancel(c)),
                 Phase::Holding {
                     renewals,
                     renewal,
@@ -208,6 +213,7 @@ impl Model for Protocol {
             Action::Start(c) => state.start_attempt(config, c),
             Action::Renew(c) => state.start_renewal(config, c),
             Action::Release(c) => state.release(config, c),
+            Action::Cancel(c) => state.cancel(config, c),
             Action::Write(c) => state.write(c),
             Action::ApplyWrite(c) => state.apply_write(config, c),
             Action::Deliver(c, n) | Action::DeliverUncounted(c, n) => {

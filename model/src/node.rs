@@ -117,6 +117,8 @@ impl Node {
     /// Crashes: what is not persisted is gone.
     pub fn crash(&mut self, config: &Config, now: u8) {
         self.up = false;
+        // A stopped process that is killed comes back running.
+        self.paused = false;
         self.down_since = now;
         if config.persistence != Persistence::Aof {
             self.key = None;

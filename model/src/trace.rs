@@ -94,6 +94,7 @@ fn describe(model: &Protocol, before: &State, after: &State, action: Action) -> 
         Action::Start(c) => format!("client {c} starts an attempt"),
         Action::Renew(c) => format!("client {c}'s watchdog starts a renewal round"),
         Action::Release(c) => format!("client {c} releases"),
+        Action::Cancel(c) => format!("client {c}'s caller drops the attempt"),
         Action::Write(c) => format!("client {c} sends its write (then pauses, or the network holds it)"),
         Action::ApplyWrite(c) => {
             let write = before.to_resource[c].expect("a write on its way");
@@ -180,7 +181,7 @@ fn effects(before: &State, after: &State, action: Action) -> Vec<String> {
                 format!("client {c} is told its lock is lost and releases everywhere")
             }
             (Phase::Acquiring { .. } | Phase::Fencing { .. }, Phase::Idle) => {
-                format!("client {c}'s attempt fails; it sends the release")
+                format!("client {c}'s attempt ends without the lock; it sends the release")
             }
             (_, Phase::Fencing { value, .. }) if !matches!(old.phase, Phase::Fencing { value: v, .. } if v == value) =>
             {
