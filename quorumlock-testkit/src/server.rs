@@ -47,6 +47,12 @@ pub struct RedisServer {
     /// the clock-skew shim), applied again on every restart.
     env: Vec<(String, String)>,
     child: Option<Child>,
+    /// While the server is killed, a socket bound to its port but not
+    /// listening: connections are refused, as by a dead process, and no
+    /// other process (a test binary running beside this one) is handed the
+    /// port for a server of its own, which would answer in the dead node's
+    /// place.
+    port_hold: Option<tokio::net::TcpSocket>,
 }
 
 impl RedisServer {
@@ -89,6 +95,7 @@ impl RedisServer {
                 extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
                 env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
                 child: None,
+                port_hold: None,
             };
             match server.spawn() {
                 Ok(()) => return Ok(server),
@@ -135,12 +142,14 @@ impl RedisServer {
         std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
     }
 
-    /// SIGKILL and reap the process (a crash: nothing is flushed). Idempotent.
+    /// SIGKILL and reap the process (a crash: nothing is flushed), and hold
+    /// its port until a restart. Idempotent.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             // A SIGSTOPped process dies on SIGKILL too.
             let _ = child.kill();
             let _ = child.wait();
+            self.port_hold = hold_port(self.port);
         }
     }
 
@@ -267,6 +276,7 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> io::Result<()> {
+        self.port_hold = None;
         let mut cmd = Command::new("redis-server");
         cmd.arg("--port")
             .arg(self.port.to_string())
@@ -413,6 +423,17 @@ fn process_id(info: &str) -> Option<u32> {
 }
 
 /// A port that was free a moment ago (the OS picks it when binding port 0).
+/// A socket bound to `port` on loopback without listening, or `None` when
+/// the port cannot be bound (then it is only as free as any closed port).
+/// `SO_REUSEADDR`, so that the dead server's connections lingering in
+/// TIME_WAIT do not stop the bind; a restart drops it before it binds.
+fn hold_port(port: u16) -> Option<tokio::net::TcpSocket> {
+    let socket = tokio::net::TcpSocket::new_v4().ok()?;
+    socket.set_reuseaddr(true).ok()?;
+    socket.bind((Ipv4Addr::LOCALHOST, port).into()).ok()?;
+    Some(socket)
+}
+
 fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
 }

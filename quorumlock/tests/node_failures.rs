@@ -64,10 +64,8 @@ async fn majority_of_nodes_killed_fails_as_unreachable_not_held() {
     .await;
     // `lock` reports the outage too once its budget is spent.
     let waiting = builder(&servers).max_attempts(2).build().unwrap();
-    assert!(matches!(
-        waiting.lock("doc:8", Duration::from_secs(10)).await,
-        Err(Error::Unreachable { .. })
-    ));
+    let outcome = waiting.lock("doc:8", Duration::from_secs(10)).await;
+    assert!(matches!(outcome, Err(Error::Unreachable { .. })), "{outcome:?}");
 }
 
 #[tokio::test]
