@@ -185,6 +185,13 @@ fn a_shutdown_takes_waiters_off_the_queues_and_ends_their_wait() {
     }
 }
 
+/// The proxies' delay each way in the cancelled-attempt test: a SET reaches
+/// its node this long after it was sent, and its reply comes as long again,
+/// so the caller can give up in between. Two seconds, so that the three
+/// SETs all land before the first replies return even when the nodes'
+/// proxies are scheduled up to a second apart on a loaded 2-core machine.
+const CANCEL_LATENCY: Duration = Duration::from_secs(2);
+
 /// A caller gives up on an attempt while its SETs are on their way (a
 /// timeout, a `select!`): they land after the caller left, and the undo sent
 /// behind them deletes them.
@@ -196,15 +203,12 @@ fn a_cancelled_attempt_leaves_no_key() {
         let proxies: Vec<Proxy> = nodes.iter().map(|n| Proxy::start(n.port())).collect();
         let redlock = Redlock::builder()
             .nodes(proxies.iter().map(Proxy::url))
-            .node_timeout(Duration::from_secs(3))
+            .node_timeout(CANCEL_LATENCY * 2)
             .build()
             .expect("config");
         warm_up(&redlock).await;
-        // Each way: the SET reaches the node a second after it was sent,
-        // and its reply comes a second later, so the caller can give up in
-        // between (even on a loaded machine).
         for proxy in &proxies {
-            proxy.set_latency(Duration::from_secs(1));
+            proxy.set_latency(CANCEL_LATENCY);
         }
         for round in 0..3 {
             let before = sets();
@@ -216,7 +220,11 @@ fn a_cancelled_attempt_leaves_no_key() {
                     sets().iter().zip(&before).all(|(now, then)| now > then)
                 });
                 tokio::select! {
-                    outcome = &mut attempt => panic!("the attempt ended before its SETs landed: {outcome:?}"),
+                    outcome = &mut attempt => panic!(
+                        "the attempt ended before its SETs landed on every node ({:?} set calls before, {:?} now): {outcome:?}",
+                        before,
+                        sets()
+                    ),
                     () = landed => {}
                 }
             }
@@ -233,7 +241,7 @@ fn a_cancelled_attempt_leaves_no_key() {
             )
             .await;
         }
-        // The undo's round trip through the proxies takes two seconds.
+        // The undo's round trip through the proxies takes twice the latency.
         let report = redlock.shutdown(Duration::from_secs(10)).await;
         assert!(report.is_complete(), "{report}");
     });
