@@ -254,8 +254,14 @@ pub fn leftovers(server: &RedisServer) -> String {
     format!("port {}: {described:?}", server.port())
 }
 
-/// Takes and releases a throwaway lock, so that `redlock` has its
-/// connections to every node before a test freezes or breaks one.
+/// How long [`warm_up`] waits for every node to answer.
+pub const WARM_UP_LIMIT: Duration = Duration::from_secs(5);
+
+/// Takes and releases a throwaway lock, then waits until every node has
+/// answered, so that `redlock` has its connections to every node before a
+/// test slows, freezes or breaks one. (The lock returns at a majority: the
+/// last node's connection may still be opening, and once a test adds
+/// latency or freezes that node, its handshake may never finish.)
 pub async fn warm_up(redlock: &Redlock) {
     let guard = redlock
         .try_lock("warm", Duration::from_secs(5))
@@ -263,4 +269,21 @@ pub async fn warm_up(redlock: &Redlock) {
         .expect("healthy nodes")
         .expect("nothing holds the warm-up key");
     guard.release().await.expect("release");
+    let deadline = tokio::time::Instant::now() + WARM_UP_LIMIT;
+    loop {
+        let inspection = redlock.inspect("warm").await.expect("inspect the warm-up key");
+        let failed: Vec<_> = inspection
+            .nodes
+            .iter()
+            .filter(|node| matches!(node.state, quorumlock::KeyState::Failed(_)))
+            .map(|node| node.node.clone())
+            .collect();
+        if failed.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "warm-up: no answer from {failed:?} within {WARM_UP_LIMIT:?}"
+        );
+    }
 }
