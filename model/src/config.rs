@@ -330,20 +330,6 @@ impl Config {
         }
     }
 
-    /// Each negative control with the property it must break.
-    pub fn controls(nodes: usize) -> Vec<(Config, &'static str)> {
-        use crate::model::{FENCING, MUTUAL_EXCLUSION, NO_LEAK, WRITES_IN_ORDER};
-        vec![
-            (Config::no_drift(nodes), MUTUAL_EXCLUSION),
-            (Config::immediate_restart(nodes), MUTUAL_EXCLUSION),
-            (Config::naive_fence(nodes), FENCING),
-            (Config::blind_release(nodes), MUTUAL_EXCLUSION),
-            (Config::minority_extend(nodes), MUTUAL_EXCLUSION),
-            (Config::undo_granted_only(nodes), NO_LEAK),
-            (Config::unfenced_writes(nodes), WRITES_IN_ORDER),
-        ]
-    }
-
     /// Majority quorum of all nodes (`quorum::quorum`).
     pub fn quorum(&self) -> usize {
         self.nodes / 2 + 1

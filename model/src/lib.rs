@@ -41,10 +41,17 @@ pub mod trace;
 
 pub use config::{Config, Fencing, Persistence};
 
-/// Each negative control with the property it must break
-/// ([`Config::controls`]).
+/// Each negative control with the property it must break.
 pub fn controls(nodes: usize) -> Vec<(Config, &'static str)> {
-    Config::controls(nodes)
+    vec![
+        (Config::no_drift(nodes), MUTUAL_EXCLUSION),
+        (Config::immediate_restart(nodes), MUTUAL_EXCLUSION),
+        (Config::naive_fence(nodes), FENCING),
+        (Config::blind_release(nodes), MUTUAL_EXCLUSION),
+        (Config::minority_extend(nodes), MUTUAL_EXCLUSION),
+        (Config::undo_granted_only(nodes), NO_LEAK),
+        (Config::unfenced_writes(nodes), WRITES_IN_ORDER),
+    ]
 }
 pub use model::{
     Action, FENCING, LOSS_SIGNALLED, MUTUAL_EXCLUSION, NO_LEAK, Protocol, REACH_HANDOVER, REACH_LOSS,

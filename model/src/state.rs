@@ -208,8 +208,7 @@ pub struct State {
     pub clients: Vec<Client>,
     /// Requests per (client, node), FIFO: one connection, as in
     /// `node/conn.rs`. Replies need no channel: a reply is counted when the
-    /// request runs, or comes too late to count
-    /// ([`Action::DeliverUncounted`](crate::Action::DeliverUncounted)).
+    /// request runs, or comes too late to count (`Action::DeliverUncounted`).
     pub to_node: Vec<Vec<Sent>>,
     /// Per client, its write on its way to the resource.
     pub to_resource: Vec<Option<Write>>,
