@@ -330,7 +330,7 @@ impl State {
             // new validity runs from the round's start.
             if now < *valid_until {
                 *valid_until = round.start + TTL - config.drift;
-                self.set_renewal(client, None, None);
+                self.end_renewal(client);
                 self.ghost.renewed = true;
             } else {
                 self.lose(config, client, token);
@@ -348,16 +348,10 @@ impl State {
         self.end_hold(config, client, token);
     }
 
-    /// Updates a holder's renewal round and, when given, its validity.
-    fn set_renewal(&mut self, client: usize, round: Option<Round>, until: Option<u8>) {
-        if let Phase::Holding {
-            renewal, valid_until, ..
-        } = &mut self.clients[client].phase
-        {
-            *renewal = round;
-            if let Some(until) = until {
-                *valid_until = until;
-            }
+    /// A holder's renewal round is over (decided, or past its deadline).
+    fn end_renewal(&mut self, client: usize) {
+        if let Phase::Holding { renewal, .. } = &mut self.clients[client].phase {
+            *renewal = None;
         }
     }
 
@@ -448,7 +442,7 @@ impl State {
                 valid_until,
                 renewal: Some(r),
                 ..
-            } if now >= (r.start + TIMEOUT).min(valid_until) => self.set_renewal(client, None, None),
+            } if now >= (r.start + TIMEOUT).min(valid_until) => self.end_renewal(client),
             _ => {}
         }
     }

@@ -155,7 +155,7 @@ impl Model for Protocol {
                     if renewal.is_none() && renewals < config.renewals {
                         actions.push(Action::Renew(c));
                     }
-                    if config.writes && !wrote && state.believes(c).is_some() {
+                    if config.writes && !wrote && state.believes(c) {
                         actions.push(Action::Write(c));
                     }
                     actions.push(Action::Release(c));
@@ -261,10 +261,7 @@ impl Model for Protocol {
     fn properties(&self) -> Vec<Property<Self>> {
         let mut properties = vec![
             Property::always(MUTUAL_EXCLUSION, |model: &Protocol, state: &State| {
-                (0..model.config.clients)
-                    .filter(|&c| state.believes(c).is_some())
-                    .count()
-                    <= 1
+                (0..model.config.clients).filter(|&c| state.believes(c)).count() <= 1
             }),
             Property::always(FENCING, |_, state: &State| {
                 !state.ghost.duplicate && !state.ghost.not_above_earlier

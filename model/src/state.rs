@@ -229,12 +229,7 @@ impl State {
 
     /// `client` believes it holds the lock now: the library's
     /// `Guard::is_held` (not lost, validity not passed).
-    pub fn believes(&self, client: usize) -> Option<u8> {
-        match self.clients[client].phase {
-            Phase::Holding {
-                token, valid_until, ..
-            } if self.now < valid_until => Some(token),
-            _ => None,
-        }
+    pub fn believes(&self, client: usize) -> bool {
+        matches!(self.clients[client].phase, Phase::Holding { valid_until, .. } if self.now < valid_until)
     }
 }
