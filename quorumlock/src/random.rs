@@ -21,7 +21,19 @@ pub(crate) fn token() -> String {
         tracing::warn!(%error, "the system random generator failed; using the thread-local one");
         bytes = rand::random();
     }
-    format!("{:032x}", u128::from_be_bytes(bytes))
+    hex(&bytes)
+}
+
+/// `bytes` as lowercase hex digits: a token's text, written directly (the
+/// formatting machinery costs more than the rest of a token).
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        text.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        text.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    }
+    text
 }
 
 /// A delay uniformly spread over `[base / 2, base * 3 / 2)`, so that
@@ -34,6 +46,13 @@ pub(crate) fn jitter(base: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_writes_every_byte_as_two_lowercase_digits() {
+        assert_eq!(hex(&[0x00, 0x0f, 0xa5, 0xff]), "000fa5ff");
+        let bytes: [u8; 16] = rand::random();
+        assert_eq!(hex(&bytes), format!("{:032x}", u128::from_be_bytes(bytes)));
+    }
 
     #[test]
     fn tokens_are_128_bit_hex_and_fresh() {

@@ -37,7 +37,9 @@ impl Resources {
                 self.0.len()
             )));
         }
-        let mut seen = std::collections::HashSet::with_capacity(self.0.len());
+        // A set only where a name can repeat: most locks have one resource,
+        // and this runs on every lock call.
+        let mut seen = (self.0.len() > 1).then(|| std::collections::HashSet::with_capacity(self.0.len()));
         for name in self.0.iter() {
             if name.is_empty() {
                 return Err(Error::Config("empty resource name".into()));
@@ -47,7 +49,7 @@ impl Resources {
                     "resource {name:?} is in quorumlock's reserved namespace {RESERVED_PREFIX:?}"
                 )));
             }
-            if !seen.insert(name.as_str()) {
+            if seen.as_mut().is_some_and(|seen| !seen.insert(name.as_str())) {
                 return Err(Error::Config(format!("resource {name:?} given twice")));
             }
         }

@@ -2,7 +2,7 @@
 //! shared by its guard, the watchdog and a shutdown, and the registry of
 //! every lock a client's guards hold.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -280,7 +280,9 @@ pub(crate) struct Holders(Mutex<HolderMap>);
 
 #[derive(Debug, Default)]
 struct HolderMap {
-    locks: HashMap<u64, Arc<Held>>,
+    /// By id. Ids count up, so every new lock goes at the end, and a
+    /// B-tree needs no hashing: cheaper than a hash map on every lock call.
+    locks: BTreeMap<u64, Arc<Held>>,
     next_id: u64,
 }
 
@@ -304,7 +306,7 @@ impl Holders {
 
     /// Every lock still held, taken out of the registry.
     pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
-        self.map().locks.drain().map(|(_, held)| held).collect()
+        std::mem::take(&mut self.map().locks).into_values().collect()
     }
 }
 

@@ -174,7 +174,7 @@ impl Conn {
         };
         let generation = live.generation;
         let conn = live.conn.clone();
-        let in_flight = InFlight::new(Arc::clone(&live.health));
+        let mut in_flight = InFlight::new(Arc::clone(&live.health));
         *slot = Some(live);
         let request = request(conn);
         let mut reply: PendingReply<R> = Box::pin(async move {
@@ -300,9 +300,14 @@ struct Health {
     /// were given up (dropped) by their caller.
     outstanding: AtomicUsize,
     /// When the connection last showed it works, in µs after `since`: its
-    /// last reply, or when it went from idle to busy (an idle connection has
-    /// nothing to answer).
+    /// last reply while other requests were waiting, or when it went from
+    /// idle to busy (an idle connection has nothing to answer, and the next
+    /// request starts the wait afresh, so the reply that leaves it idle
+    /// need not read the clock).
     progress_us: AtomicU64,
+    /// Replies received: progress that [`Conn::replace_if_silent`] sees even
+    /// where `progress_us` was not moved.
+    answers: AtomicU64,
     /// Cancelled when the connection is retired: its requests still waiting
     /// fail at once (see [`Conn::replace_if_silent`]).
     retired: CancellationToken,
@@ -314,6 +319,7 @@ impl Health {
             since: Instant::now(),
             outstanding: AtomicUsize::new(0),
             progress_us: AtomicU64::new(0),
+            answers: AtomicU64::new(0),
             retired: CancellationToken::new(),
         }
     }
@@ -322,8 +328,13 @@ impl Health {
         u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
-    fn progress(&self) -> u64 {
-        self.progress_us.load(Ordering::Acquire)
+    /// What shows progress: when the wait last started afresh, and how many
+    /// replies came.
+    fn progress(&self) -> (u64, u64) {
+        (
+            self.progress_us.load(Ordering::Acquire),
+            self.answers.load(Ordering::Acquire),
+        )
     }
 
     /// Starts the wait for progress afresh.
@@ -335,7 +346,10 @@ impl Health {
     fn stalled(&self, limit: Duration) -> bool {
         let limit_us = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
         self.outstanding.load(Ordering::Acquire) > 0
-            && self.now_us().saturating_sub(self.progress()) >= limit_us
+            && self
+                .now_us()
+                .saturating_sub(self.progress_us.load(Ordering::Acquire))
+                >= limit_us
     }
 }
 
@@ -343,6 +357,7 @@ impl Health {
 /// dropped.
 struct InFlight {
     health: Arc<Health>,
+    answered: bool,
 }
 
 impl InFlight {
@@ -350,18 +365,30 @@ impl InFlight {
         if health.outstanding.fetch_add(1, Ordering::AcqRel) == 0 {
             health.restart();
         }
-        InFlight { health }
+        InFlight {
+            health,
+            answered: false,
+        }
     }
 
     /// The connection answered this request.
-    fn answered(&self) {
-        self.health.restart();
+    fn answered(&mut self) {
+        self.health.answers.fetch_add(1, Ordering::AcqRel);
+        self.answered = true;
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.health.outstanding.fetch_sub(1, Ordering::AcqRel);
+        // Decided on the count this request leaves, atomically with leaving
+        // it: either another request still waits and this reply is its
+        // progress, or the connection went idle and the next request starts
+        // the wait afresh (`InFlight::new`); a request handed over at this
+        // moment is covered by one of the two.
+        let others = self.health.outstanding.fetch_sub(1, Ordering::AcqRel) - 1;
+        if self.answered && others > 0 {
+            self.health.restart();
+        }
     }
 }
 
@@ -422,4 +449,58 @@ impl Reply for Vec<Value> {
 
 fn is_no_script(error: &redis::RedisError) -> bool {
     error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stall check reads the clock only where it must; what it decides
+    /// stays the same: a connection with requests waiting is stalled only
+    /// once nothing came back for the limit, and a reply while others
+    /// wait is progress for them.
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_is_progress_for_the_requests_still_waiting() {
+        let limit = Duration::from_secs(1);
+        let health = Arc::new(Health::new());
+        let mut first = InFlight::new(Arc::clone(&health));
+        let second = InFlight::new(Arc::clone(&health));
+        tokio::time::advance(limit).await;
+        assert!(
+            health.stalled(limit),
+            "two requests waiting, nothing back for the limit"
+        );
+        let before = health.progress();
+        first.answered();
+        drop(first);
+        assert_ne!(health.progress(), before);
+        assert!(
+            !health.stalled(limit),
+            "the reply restarted the wait of the second request"
+        );
+        tokio::time::advance(limit).await;
+        assert!(health.stalled(limit));
+        drop(second);
+        assert!(!health.stalled(limit), "an idle connection has nothing to answer");
+        let idle = InFlight::new(Arc::clone(&health));
+        assert!(
+            !health.stalled(limit),
+            "a request to an idle connection starts the wait afresh"
+        );
+        drop(idle);
+    }
+
+    /// A reply that leaves the connection idle does not move the wait's
+    /// start (the next request moves it), but it is still counted, so that
+    /// a connection that answered while a new one was being opened is kept.
+    #[tokio::test(start_paused = true)]
+    async fn a_reply_that_leaves_the_connection_idle_still_counts_as_progress() {
+        let health = Arc::new(Health::new());
+        let mut only = InFlight::new(Arc::clone(&health));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let before = health.progress();
+        only.answered();
+        drop(only);
+        assert_ne!(health.progress(), before);
+    }
 }

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::RedisResult;
@@ -46,7 +46,7 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
-    let (mut pending, first) = start_all(nodes.len(), op).await;
+    let (mut pending, first) = start_all(nodes.len(), op);
     let mut answered = vec![false; nodes.len()];
     let mut stopped = false;
     for (i, outcome) in first {
@@ -92,9 +92,12 @@ where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
-    let (pending, _) = start_all(nodes, op).await;
+    let (pending, _) = start_all(nodes, op);
     drive_leftovers(tasks, Work::Queue, pending, finish_by);
 }
+
+/// The requests of a fan-out still waiting for their replies.
+type Pending<Fut> = FuturesUnordered<Indexed<Fut>>;
 
 /// A request and the index of its node.
 struct Indexed<F> {
@@ -115,26 +118,37 @@ impl<F: Future> Future for Indexed<F> {
 /// order, before any reply is counted: the first poll is what hands a
 /// request over to its node's connection (see `Node`), and a request never
 /// polled before the caller stops early would lose its place to a later
-/// request of ours, such as the release meant to undo it. (A
-/// `FuturesUnordered` alone stops polling the rest as soon as one request
-/// completes.) Returns the pending requests (boxed, so that only a pointer
-/// moves) and the outcomes that were there at once.
-async fn start_all<F, Fut>(
-    nodes: usize,
-    mut op: F,
-) -> (FuturesUnordered<Indexed<Fut>>, Vec<(usize, Fut::Output)>)
+/// request of ours, such as the release meant to undo it. Returns the
+/// pending requests (boxed, so that only a pointer moves) and the outcomes
+/// that were there at once.
+///
+/// The first polls go through the set itself, which polls newly added
+/// futures in the order they were added and keeps polling until each has
+/// had its turn, also past one that completes at once. They are made with a
+/// waker that does nothing: each request registers the set's own waker for
+/// itself, and the caller's waker is registered by the next poll of the set
+/// (the caller's `next()`), before it looks for replies, so no reply is
+/// missed. The set wakes its caller whenever one poll has polled every
+/// future it holds (so that a busy set cannot starve other tasks), which
+/// after a first round of polls would wake the caller for nothing: an extra
+/// poll of the whole operation and, on a Tokio runtime, a needless look at
+/// the I/O driver, a system call per fan-out.
+fn start_all<F, Fut>(nodes: usize, mut op: F) -> (Pending<Fut>, Vec<(usize, Fut::Output)>)
 where
     F: FnMut(usize) -> Fut,
     Fut: Future,
 {
-    let pending = FuturesUnordered::new();
-    let mut first = Vec::new();
+    let mut pending = FuturesUnordered::new();
     for node in 0..nodes {
-        let mut request = Box::pin(op(node));
-        match futures::poll!(request.as_mut()) {
-            Poll::Ready(outcome) => first.push((node, outcome)),
-            Poll::Pending => pending.push(Indexed { node, request }),
-        }
+        pending.push(Indexed {
+            node,
+            request: Box::pin(op(node)),
+        });
+    }
+    let mut first = Vec::new();
+    let mut first_polls = Context::from_waker(Waker::noop());
+    while let Poll::Ready(Some(outcome)) = pending.poll_next_unpin(&mut first_polls) {
+        first.push(outcome);
     }
     (pending, first)
 }
@@ -208,4 +222,84 @@ where
     })
     .await;
     tally
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    use super::*;
+
+    /// Counts the wake-ups of the task that polls a fan-out.
+    #[derive(Default)]
+    struct Wakes(AtomicUsize);
+
+    impl Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A request that records each poll and never completes.
+    struct Recorded {
+        node: usize,
+        polls: Arc<Mutex<Vec<usize>>>,
+    }
+
+    impl Future for Recorded {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            self.polls.lock().unwrap().push(self.node);
+            Poll::Pending
+        }
+    }
+
+    #[test]
+    fn every_request_is_polled_once_in_node_order_and_the_caller_is_not_woken_for_nothing() {
+        let polls = Arc::new(Mutex::new(Vec::new()));
+        let (mut pending, first) = start_all(5, |node| Recorded {
+            node,
+            polls: Arc::clone(&polls),
+        });
+        assert!(first.is_empty());
+        assert_eq!(*polls.lock().unwrap(), [0, 1, 2, 3, 4]);
+        let wakes = Arc::new(Wakes::default());
+        let waker = Waker::from(Arc::clone(&wakes));
+        assert!(
+            pending
+                .poll_next_unpin(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        assert_eq!(
+            polls.lock().unwrap().len(),
+            5,
+            "no request polled again without a wake-up"
+        );
+        assert_eq!(
+            wakes.0.load(Ordering::Relaxed),
+            0,
+            "the caller was woken with nothing to do"
+        );
+    }
+
+    #[test]
+    fn requests_after_one_that_completes_at_once_still_get_their_first_poll() {
+        let polls = Arc::new(Mutex::new(Vec::new()));
+        let (pending, first) = start_all(3, |node| {
+            let polls = Arc::clone(&polls);
+            async move {
+                polls.lock().unwrap().push(node);
+                if node != 0 {
+                    std::future::pending::<()>().await;
+                }
+                node
+            }
+        });
+        assert_eq!(first.iter().map(|(node, _)| *node).collect::<Vec<_>>(), [0]);
+        assert_eq!(*polls.lock().unwrap(), [0, 1, 2]);
+        assert_eq!(pending.len(), 2);
+    }
 }

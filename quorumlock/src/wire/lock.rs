@@ -151,7 +151,7 @@ pub(crate) enum AcquireMode {
 /// `SET key token NX PX ttl_ms`: a single-key lock, in the format every
 /// Redlock library shares.
 pub(crate) fn set_nx(key: &str, token: &str, ttl_ms: u64) -> Cmd {
-    let mut cmd = redis::cmd("SET");
+    let mut cmd = super::script::command("SET");
     cmd.arg(key).arg(token).arg("NX").arg("PX").arg(ttl_ms);
     cmd
 }

@@ -21,7 +21,7 @@ impl Script {
     /// An `EVALSHA` of this script with `key_count` keys; append the keys,
     /// then the `ARGV` values, with `arg`.
     pub(crate) fn begin(&self, key_count: usize) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+        let mut cmd = command("EVALSHA");
         cmd.arg(&*self.sha).arg(key_count);
         cmd
     }
@@ -29,10 +29,30 @@ impl Script {
     /// An `EVALSHA` of this script with `keys` in `KEYS` (`key_count` of
     /// them, more may follow); append the `ARGV` values with `arg`.
     pub(crate) fn call<K: redis::ToRedisArgs>(&self, key_count: usize, keys: K) -> Cmd {
-        let mut cmd = redis::cmd("EVALSHA");
+        let mut cmd = command("EVALSHA");
         cmd.arg(&*self.sha).arg(key_count).arg(keys);
         cmd
     }
+}
+
+/// Room for the arguments of a usual lock command, allocated up front.
+///
+/// A command grows its buffers as arguments are appended, and growing from
+/// empty reallocates several times per command: about a tenth of the
+/// client's instructions per lock+unlock cycle went to those reallocations
+/// (`benches/cycle_profile.rs`). A single-key acquire or release (name, SHA,
+/// key count, key, queue key, token, clock) takes under 200 bytes in under
+/// 16 arguments; larger commands grow from there.
+const COMMAND_ARGS: usize = 16;
+/// See [`COMMAND_ARGS`].
+const COMMAND_BYTES: usize = 256;
+
+/// The command `name`, with room for a usual lock command's arguments (see
+/// [`COMMAND_ARGS`]); append them with `arg`.
+pub(crate) fn command(name: &str) -> Cmd {
+    let mut cmd = Cmd::with_capacity(COMMAND_ARGS, COMMAND_BYTES);
+    cmd.arg(name);
+    cmd
 }
 
 /// Declares a [`Script`] static from a source expression.
