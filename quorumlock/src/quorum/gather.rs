@@ -4,10 +4,10 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
+use futures::FutureExt;
 use futures::stream::{FuturesUnordered, StreamExt};
 use redis::RedisResult;
 use tokio::time::Instant;
@@ -38,7 +38,7 @@ pub(crate) async fn gather<T, F, Fut>(
     tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
-    op: F,
+    mut op: F,
     mut on_reply: impl FnMut(usize, Result<T, NodeErrorKind>) -> ControlFlow<()>,
 ) where
     T: Send + 'static,
@@ -46,7 +46,8 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
-    let (mut pending, first) = start_all(nodes.len(), op);
+    let mut pending: FuturesUnordered<_> = (0..nodes.len()).map(|i| indexed(i, op(i))).collect();
+    let first = first_polls(&mut pending);
     let mut answered = vec![false; nodes.len()];
     let mut stopped = false;
     for (i, outcome) in first {
@@ -86,41 +87,30 @@ pub(crate) async fn gather<T, F, Fut>(
 /// requests whose outcome changes nothing for the caller (the hand-off
 /// queue's bookkeeping), but which must keep their place in each node's
 /// order: each is handed over before this returns, as in [`gather`].
-pub(crate) async fn send_all<T, F, Fut>(nodes: usize, tasks: &Arc<Tasks>, finish_by: Instant, op: F)
+pub(crate) async fn send_all<T, F, Fut>(nodes: usize, tasks: &Arc<Tasks>, finish_by: Instant, mut op: F)
 where
     T: Send + 'static,
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
-    let (pending, _) = start_all(nodes, op);
+    let mut pending: FuturesUnordered<_> = (0..nodes).map(|i| indexed(i, op(i))).collect();
+    first_polls(&mut pending);
     drive_leftovers(tasks, Work::Queue, pending, finish_by);
 }
 
-/// The requests of a fan-out still waiting for their replies.
-type Pending<Fut> = FuturesUnordered<Indexed<Fut>>;
-
-/// A request and the index of its node.
-struct Indexed<F> {
-    node: usize,
-    request: Pin<Box<F>>,
+/// `request` to `node`, its outcome tagged with the node's index. Held in
+/// the fan-out set's own allocation, which pins it: no box of its own.
+fn indexed<Fut: Future>(node: usize, request: Fut) -> impl Future<Output = (usize, Fut::Output)> {
+    request.map(move |outcome| (node, outcome))
 }
 
-impl<F: Future> Future for Indexed<F> {
-    type Output = (usize, F::Output);
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let node = self.node;
-        self.request.as_mut().poll(cx).map(|outcome| (node, outcome))
-    }
-}
-
-/// Creates `op(i)` for every node and gives each its first poll, in node
-/// order, before any reply is counted: the first poll is what hands a
-/// request over to its node's connection (see `Node`), and a request never
-/// polled before the caller stops early would lose its place to a later
-/// request of ours, such as the release meant to undo it. Returns the
-/// pending requests (boxed, so that only a pointer moves) and the outcomes
-/// that were there at once.
+/// Gives every request of a fan-out just made (`op(i)` for every node `i`,
+/// added in node order) its first poll, in node order, before any reply is
+/// counted: the first poll is what hands a request over to its node's
+/// connection (see `Node`), and a request never polled before the caller
+/// stops early would lose its place to a later request of ours, such as the
+/// release meant to undo it. Returns the outcomes that were there at once;
+/// the rest stay in `pending`.
 ///
 /// The first polls go through the set itself, which polls newly added
 /// futures in the order they were added and keeps polling until each has
@@ -133,35 +123,20 @@ impl<F: Future> Future for Indexed<F> {
 /// after a first round of polls would wake the caller for nothing: an extra
 /// poll of the whole operation and, on a Tokio runtime, a needless look at
 /// the I/O driver, a system call per fan-out.
-fn start_all<F, Fut>(nodes: usize, mut op: F) -> (Pending<Fut>, Vec<(usize, Fut::Output)>)
-where
-    F: FnMut(usize) -> Fut,
-    Fut: Future,
-{
-    let mut pending = FuturesUnordered::new();
-    for node in 0..nodes {
-        pending.push(Indexed {
-            node,
-            request: Box::pin(op(node)),
-        });
-    }
+fn first_polls<G: Future>(pending: &mut FuturesUnordered<G>) -> Vec<G::Output> {
     let mut first = Vec::new();
-    let mut first_polls = Context::from_waker(Waker::noop());
-    while let Poll::Ready(Some(outcome)) = pending.poll_next_unpin(&mut first_polls) {
+    let mut context = Context::from_waker(Waker::noop());
+    while let Poll::Ready(Some(outcome)) = pending.poll_next_unpin(&mut context) {
         first.push(outcome);
     }
-    (pending, first)
+    first
 }
 
 /// Drives requests still pending when their caller stopped waiting, until
 /// `finish_by` (see [`gather`]), as tracked work of kind `kind`. One timer
 /// bounds them all, not one per request: this is on every lock's path.
-fn drive_leftovers<Fut>(
-    tasks: &Arc<Tasks>,
-    kind: Work,
-    pending: FuturesUnordered<Indexed<Fut>>,
-    finish_by: Instant,
-) where
+fn drive_leftovers<Fut>(tasks: &Arc<Tasks>, kind: Work, pending: FuturesUnordered<Fut>, finish_by: Instant)
+where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {
@@ -226,6 +201,7 @@ where
 
 #[cfg(test)]
 mod tests {
+    use std::pin::Pin;
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
@@ -260,10 +236,13 @@ mod tests {
     #[test]
     fn every_request_is_polled_once_in_node_order_and_the_caller_is_not_woken_for_nothing() {
         let polls = Arc::new(Mutex::new(Vec::new()));
-        let (mut pending, first) = start_all(5, |node| Recorded {
-            node,
-            polls: Arc::clone(&polls),
-        });
+        let mut pending: FuturesUnordered<_> = (0..5)
+            .map(|node| {
+                let polls = Arc::clone(&polls);
+                indexed(node, Recorded { node, polls })
+            })
+            .collect();
+        let first = first_polls(&mut pending);
         assert!(first.is_empty());
         assert_eq!(*polls.lock().unwrap(), [0, 1, 2, 3, 4]);
         let wakes = Arc::new(Wakes::default());
@@ -288,16 +267,19 @@ mod tests {
     #[test]
     fn requests_after_one_that_completes_at_once_still_get_their_first_poll() {
         let polls = Arc::new(Mutex::new(Vec::new()));
-        let (pending, first) = start_all(3, |node| {
-            let polls = Arc::clone(&polls);
-            async move {
-                polls.lock().unwrap().push(node);
-                if node != 0 {
-                    std::future::pending::<()>().await;
-                }
-                node
-            }
-        });
+        let mut pending: FuturesUnordered<_> = (0..3)
+            .map(|node| {
+                let polls = Arc::clone(&polls);
+                indexed(node, async move {
+                    polls.lock().unwrap().push(node);
+                    if node != 0 {
+                        std::future::pending::<()>().await;
+                    }
+                    node
+                })
+            })
+            .collect();
+        let first = first_polls(&mut pending);
         assert_eq!(first.iter().map(|(node, _)| *node).collect::<Vec<_>>(), [0]);
         assert_eq!(*polls.lock().unwrap(), [0, 1, 2]);
         assert_eq!(pending.len(), 2);
