@@ -122,8 +122,8 @@ struct Round {
     refused_by: Vec<usize>,
     /// When the nodes' answers stopped counting.
     deadline: Instant,
-    /// Fenced: the highest fence a node reported.
-    fence_floor: Option<u64>,
+    /// Fenced: the fence keys, and the highest fence a node reported.
+    fence: Option<(Arc<[String]>, u64)>,
     /// A waiter's attempt: the nodes that refused, and so queued it.
     refusals: Option<Arc<Refusals>>,
 }
@@ -143,12 +143,13 @@ impl Attempt<'_> {
     /// outcome is certain or the per-node timeout passed.
     async fn acquire_everywhere(&self, queue: Option<&QueueEntry>) -> Round {
         let (quorum, options, resources) = (&self.shared.quorum, self.options, self.resources);
-        let mode = match queue {
-            _ if options.fenced => {
-                AcquireMode::Fenced(resources.names().iter().map(|r| keys::fence(r)).collect())
-            }
-            Some(entry) => AcquireMode::Queued(Arc::new(entry.clone())),
-            None => AcquireMode::Plain,
+        let fence_keys: Option<Arc<[String]>> = options
+            .fenced
+            .then(|| resources.names().iter().map(|r| keys::fence(r)).collect());
+        let mode = match (&fence_keys, queue) {
+            (Some(fence_keys), _) => AcquireMode::Fenced(Arc::clone(fence_keys)),
+            (None, Some(entry)) => AcquireMode::Queued(Arc::new(entry.clone())),
+            (None, None) => AcquireMode::Plain,
         };
         let request = Arc::new(Acquire {
             keys: Arc::clone(resources.keys()),
@@ -192,7 +193,7 @@ impl Attempt<'_> {
             refused_by: tally.refused_by.clone(),
             tally,
             deadline,
-            fence_floor: fence_floor.map(|floor| floor.load(Ordering::Relaxed)),
+            fence: fence_keys.zip(fence_floor.map(|floor| floor.load(Ordering::Relaxed))),
             refusals,
         }
     }
@@ -203,8 +204,8 @@ impl Attempt<'_> {
     async fn finish(&self, round: &Round, queue: Option<&QueueEntry>) -> Result<Held> {
         let (quorum, resources) = (&self.shared.quorum, self.resources);
         let valid_until = self.valid_until();
-        let fence = match round.fence_floor {
-            Some(floor) => Some(fence::propose(quorum, resources.names(), floor, valid_until).await?),
+        let fence = match &round.fence {
+            Some((fence_keys, floor)) => Some(fence::propose(quorum, fence_keys, *floor, valid_until).await?),
             None => None,
         };
         let (ttl, elapsed, min) = (self.ttl, self.start.elapsed(), self.options.min_validity);

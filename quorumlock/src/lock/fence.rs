@@ -39,22 +39,22 @@ use crate::quorum::{Quorum, Until};
 use crate::wire::fence::{self as wire_fence, FencedReply, Propose};
 use crate::wire::keys;
 
-/// Phase 2: agrees on a token above `floor` for `resources` on a majority,
-/// each round bounded by the per-node timeout and by `valid_until`.
+/// Phase 2: agrees on a token above `floor` for the resources whose fence
+/// keys are `fence_keys` on a majority, each round bounded by the per-node
+/// timeout and by `valid_until`.
 pub(crate) async fn propose(
     quorum: &Quorum,
-    resources: &[String],
+    fence_keys: &Arc<[String]>,
     floor: u64,
     valid_until: Instant,
 ) -> Result<u64> {
-    let fence_keys: Arc<[String]> = resources.iter().map(|r| keys::fence(r)).collect();
     let mut proposal = floor + 1;
     let mut rounds = 1;
     loop {
         let deadline = quorum.deadline().min(valid_until);
         let highest = Arc::new(AtomicU64::new(0));
         let request = Arc::new(Propose {
-            fence_keys: Arc::clone(&fence_keys),
+            fence_keys: Arc::clone(fence_keys),
             token: proposal,
             retention: FENCE_RETENTION,
         });
@@ -78,7 +78,7 @@ pub(crate) async fn propose(
             return Ok(proposal);
         }
         if !round.refused_by_majority() || rounds == FENCE_ROUNDS || Instant::now() >= valid_until {
-            tracing::debug!(resources = ?resources, rounds, ?round, "fence proposal failed");
+            tracing::debug!(?fence_keys, rounds, ?round, "fence proposal failed");
             return Err(round.unreachable());
         }
         rounds += 1;
@@ -240,14 +240,14 @@ mod tests {
             .node_timeout(Duration::from_millis(500))
             .build()
             .unwrap();
-        let resources = vec!["contended".to_string()];
+        let fence_keys: Arc<[String]> = Arc::from([keys::fence("contended")]);
         let proposers = (0..16).map(|_| {
-            let (redlock, resources) = (redlock.clone(), resources.clone());
+            let (redlock, fence_keys) = (redlock.clone(), Arc::clone(&fence_keys));
             tokio::spawn(async move {
                 let mut won = Vec::new();
                 for _ in 0..25 {
                     let valid_until = Instant::now() + Duration::from_secs(30);
-                    if let Ok(token) = propose(&redlock.shared.quorum, &resources, 0, valid_until).await {
+                    if let Ok(token) = propose(&redlock.shared.quorum, &fence_keys, 0, valid_until).await {
                         won.push(token);
                     }
                 }
