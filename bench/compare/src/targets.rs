@@ -7,7 +7,7 @@ use std::fmt::Write;
 
 /// One target: what, the measured figure, met or not.
 pub struct Target {
-    /// The scenario whose tables hold the figure: `(a)` to `(e)`.
+    /// The scenario whose tables hold the figure: `(a)` to `(f)`.
     pub scenario: &'static str,
     /// The bound, as the table shows it.
     pub what: String,
@@ -39,6 +39,17 @@ pub fn table(md: &mut String, targets: &[Target]) {
 /// Records a target that `value` be at most `max`.
 pub fn push_max(targets: &mut Vec<Target>, scenario: &'static str, what: &str, value: Option<f64>, max: f64) {
     push(targets, scenario, what, value, |v| v <= max);
+}
+
+/// Records a target that `value` be below `limit` (strictly).
+pub fn push_below(
+    targets: &mut Vec<Target>,
+    scenario: &'static str,
+    what: &str,
+    value: Option<f64>,
+    limit: f64,
+) {
+    push(targets, scenario, what, value, |v| v < limit);
 }
 
 /// Records a target that `value` be at least `min`.
