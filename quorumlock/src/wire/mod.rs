@@ -114,6 +114,24 @@ mod tests {
         }
     }
 
+    /// Not a check: writes the scripts the nodes run, as `<name>.lua`, into
+    /// the directory `QUORUMLOCK_SCRIPTS_DIR` names, for
+    /// `bench/node-instructions.py`, which counts what each costs a node.
+    #[test]
+    #[ignore = "a tool for bench/node-instructions.py, not a check"]
+    fn write_scripts() {
+        let dir = std::env::var("QUORUMLOCK_SCRIPTS_DIR").expect("QUORUMLOCK_SCRIPTS_DIR names a directory");
+        for (name, script) in [
+            ("release", &lock::RELEASE),
+            ("batch", &batch::BATCH),
+            ("fenced_acquire", &fence::FENCED_ACQUIRE),
+            ("propose", &fence::PROPOSE),
+        ] {
+            let path = std::path::Path::new(&dir).join(format!("{name}.lua"));
+            std::fs::write(&path, script.source).expect("the directory is writable");
+        }
+    }
+
     /// Every script that announces a release carries the announcement's
     /// limits as the constants give them.
     #[test]
