@@ -14,7 +14,9 @@
 //! /proc/self/task/*/schedstat, in nanoseconds), both per second of the
 //! window; and for the watchdog, the heap bytes each held lock costs (a
 //! counting allocator: live bytes with the locks held and renewed, less live
-//! bytes before they were taken, over the number of locks). A count that must
+//! bytes before they were taken, over the number of locks), sampled over a
+//! renewal period: the least (between renewal rounds) and the most (a round
+//! in flight). A count that must
 //! not be zero (the watchdog's script calls) stops the run rather than give a
 //! ratio over it.
 //!
@@ -51,7 +53,7 @@ fn main() {
         .build()
         .unwrap();
     let servers: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
-    let (ours, heap_per_lock) = runtime.block_on(watchdog(&servers, locks, window));
+    let (ours, heap) = runtime.block_on(watchdog(&servers, locks, window));
     let naive = runtime.block_on(per_lock_timers(&servers, locks, window));
     assert!(
         ours.calls > 0.0,
@@ -77,7 +79,10 @@ fn main() {
             "no ratio (the watchdog used no measurable CPU)".to_owned()
         }
     );
-    println!("shared watchdog: {heap_per_lock:.0} heap bytes per held lock (live, with renewal running)");
+    println!(
+        "shared watchdog: {:.0} heap bytes per held lock between renewals, {:.0} at the peak of a renewal round",
+        heap.between_renewals, heap.peak
+    );
 }
 
 struct Cost {
@@ -101,7 +106,7 @@ async fn measure(servers: &[RedisServer], window: Duration) -> Cost {
 }
 
 /// The watchdog's cost, and the heap bytes per held lock.
-async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> (Cost, f64) {
+async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> (Cost, Heap) {
     let redlock = Redlock::builder()
         .nodes(servers.iter().map(RedisServer::url))
         .build()
@@ -126,11 +131,39 @@ async fn watchdog(servers: &[RedisServer], locks: usize, window: Duration) -> (C
     // Let renewal reach its steady rhythm before measuring.
     tokio::time::sleep(TTL / 3).await;
     let cost = measure(servers, window).await;
-    let held = Counting::snapshot();
+    // Sampled over one renewal period: the least is what the held locks
+    // cost between renewals, the most adds a renewal round in flight (its
+    // commands and replies), which one snapshot may or may not catch.
+    let (mut least, mut most) = (i64::MAX, i64::MIN);
+    let period = Instant::now() + TTL / 3;
+    while Instant::now() < period {
+        let live = Counting::snapshot().live();
+        (least, most) = (least.min(live), most.max(live));
+        tokio::time::sleep(HEAP_SAMPLE_EVERY).await;
+    }
     assert!(guards.iter().all(|g| g.is_held()), "the watchdog kept every lock");
     join_all(guards.into_iter().map(|g| g.release())).await;
-    let heap_per_lock = (held.live() - before.live()) as f64 / locks as f64;
-    (cost, heap_per_lock)
+    let per_lock = |live: i64| (live - before.live()) as f64 / locks as f64;
+    (
+        cost,
+        Heap {
+            between_renewals: per_lock(least),
+            peak: per_lock(most),
+        },
+    )
+}
+
+/// How often the heap is sampled over a renewal period: often next to the
+/// period (a second), so that both a quiet moment and a round in flight are
+/// seen.
+const HEAP_SAMPLE_EVERY: Duration = Duration::from_millis(10);
+
+/// Heap bytes per held lock.
+struct Heap {
+    /// Between renewal rounds: what holding a lock costs.
+    between_renewals: f64,
+    /// The most seen over a renewal period, a round in flight included.
+    peak: f64,
 }
 
 async fn per_lock_timers(servers: &[RedisServer], locks: usize, window: Duration) -> Cost {
