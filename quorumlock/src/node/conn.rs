@@ -455,10 +455,8 @@ fn is_no_script(error: &redis::RedisError) -> bool {
 mod tests {
     use super::*;
 
-    /// The stall check reads the clock only where it must; what it decides
-    /// stays the same: a connection with requests waiting is stalled only
-    /// once nothing came back for the limit, and a reply while others
-    /// wait is progress for them.
+    /// A connection with requests waiting is stalled only once nothing came
+    /// back for the limit; a reply while others wait is progress for them.
     #[tokio::test(start_paused = true)]
     async fn a_reply_is_progress_for_the_requests_still_waiting() {
         let limit = Duration::from_secs(1);
@@ -466,33 +464,25 @@ mod tests {
         let mut first = InFlight::new(Arc::clone(&health));
         let second = InFlight::new(Arc::clone(&health));
         tokio::time::advance(limit).await;
-        assert!(
-            health.stalled(limit),
-            "two requests waiting, nothing back for the limit"
-        );
+        assert!(health.stalled(limit), "two waiting, nothing back");
         let before = health.progress();
         first.answered();
         drop(first);
         assert_ne!(health.progress(), before);
-        assert!(
-            !health.stalled(limit),
-            "the reply restarted the wait of the second request"
-        );
+        assert!(!health.stalled(limit), "the reply restarted the second's wait");
         tokio::time::advance(limit).await;
         assert!(health.stalled(limit));
         drop(second);
         assert!(!health.stalled(limit), "an idle connection has nothing to answer");
-        let idle = InFlight::new(Arc::clone(&health));
+        let _next = InFlight::new(Arc::clone(&health));
         assert!(
             !health.stalled(limit),
-            "a request to an idle connection starts the wait afresh"
+            "a request to an idle connection starts afresh"
         );
-        drop(idle);
     }
 
-    /// A reply that leaves the connection idle does not move the wait's
-    /// start (the next request moves it), but it is still counted, so that
-    /// a connection that answered while a new one was being opened is kept.
+    /// A reply that leaves the connection idle still counts (see
+    /// `Conn::replace_if_silent`), though it does not read the clock.
     #[tokio::test(start_paused = true)]
     async fn a_reply_that_leaves_the_connection_idle_still_counts_as_progress() {
         let health = Arc::new(Health::new());
