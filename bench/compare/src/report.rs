@@ -128,32 +128,14 @@ fn single_tables(md: &mut String, series: &[Series], targets: &mut Vec<Target>) 
     }
     let _ = writeln!(md);
     let ratio = |a, b, n| p50_ratio(find(series, a, n), find(series, b, n));
-    for n in single::NS {
-        push_max(
-            targets,
-            "(a)",
-            &format!("N={n} p50 <= 1.05x raw"),
-            ratio(Kind::Ours, Kind::Raw, n),
-            1.05,
-        );
-    }
-    for n in single::NS {
-        push_max(
-            targets,
-            "(a)",
-            &format!("N={n} p50 <= rslock's"),
-            ratio(Kind::Ours, Kind::Rslock, n),
-            1.0,
-        );
-    }
-    for n in single::NS {
-        push_max(
-            targets,
-            "(f)",
-            &format!("N={n} fenced p50 <= 1.55x plain"),
-            ratio(Kind::Fenced, Kind::Ours, n),
-            1.55,
-        );
+    for (scenario, what, a, b, max) in [
+        ("(a)", "p50 <= 1.05x raw", Kind::Ours, Kind::Raw, 1.05),
+        ("(a)", "p50 <= rslock's", Kind::Ours, Kind::Rslock, 1.0),
+        ("(f)", "fenced p50 <= 1.55x plain", Kind::Fenced, Kind::Ours, 1.55),
+    ] {
+        for n in single::NS {
+            push_max(targets, scenario, &format!("N={n} {what}"), ratio(a, b, n), max);
+        }
     }
 }
 

@@ -46,8 +46,7 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
-    let mut pending: FuturesUnordered<_> = (0..nodes.len()).map(|i| indexed(i, op(i))).collect();
-    let first = first_polls(&mut pending);
+    let (mut pending, first) = start((0..nodes.len()).map(|i| indexed(i, op(i))));
     let mut answered = vec![false; nodes.len()];
     let mut stopped = false;
     for (i, outcome) in first {
@@ -93,8 +92,7 @@ where
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
-    let mut pending: FuturesUnordered<_> = (0..nodes).map(|i| indexed(i, op(i))).collect();
-    first_polls(&mut pending);
+    let (pending, _) = start((0..nodes).map(|i| indexed(i, op(i))));
     drive_leftovers(tasks, Work::Queue, pending, finish_by);
 }
 
@@ -104,13 +102,13 @@ fn indexed<Fut: Future>(node: usize, request: Fut) -> impl Future<Output = (usiz
     request.map(move |outcome| (node, outcome))
 }
 
-/// Gives every request of a fan-out just made (`op(i)` for every node `i`,
-/// added in node order) its first poll, in node order, before any reply is
-/// counted: the first poll is what hands a request over to its node's
-/// connection (see `Node`), and a request never polled before the caller
-/// stops early would lose its place to a later request of ours, such as the
-/// release meant to undo it. Returns the outcomes that were there at once;
-/// the rest stay in `pending`.
+/// Puts the requests of a fan-out (`op(i)` for every node `i`, in node
+/// order) into one set and gives each its first poll, in node order, before
+/// any reply is counted: the first poll is what hands a request over to its
+/// node's connection (see `Node`), and a request never polled before the
+/// caller stops early would lose its place to a later request of ours, such
+/// as the release meant to undo it. Returns the set of pending requests and
+/// the outcomes that were there at once.
 ///
 /// The first polls go through the set itself, which polls newly added
 /// futures in the order they were added and keeps polling until each has
@@ -123,13 +121,14 @@ fn indexed<Fut: Future>(node: usize, request: Fut) -> impl Future<Output = (usiz
 /// after a first round of polls would wake the caller for nothing: an extra
 /// poll of the whole operation and, on a Tokio runtime, a needless look at
 /// the I/O driver, a system call per fan-out.
-fn first_polls<G: Future>(pending: &mut FuturesUnordered<G>) -> Vec<G::Output> {
+fn start<G: Future>(requests: impl Iterator<Item = G>) -> (FuturesUnordered<G>, Vec<G::Output>) {
+    let mut pending: FuturesUnordered<G> = requests.collect();
     let mut first = Vec::new();
     let mut context = Context::from_waker(Waker::noop());
     while let Poll::Ready(Some(outcome)) = pending.poll_next_unpin(&mut context) {
         first.push(outcome);
     }
-    first
+    (pending, first)
 }
 
 /// Drives requests still pending when their caller stopped waiting, until
@@ -236,13 +235,10 @@ mod tests {
     #[test]
     fn every_request_is_polled_once_in_node_order_and_the_caller_is_not_woken_for_nothing() {
         let polls = Arc::new(Mutex::new(Vec::new()));
-        let mut pending: FuturesUnordered<_> = (0..5)
-            .map(|node| {
-                let polls = Arc::clone(&polls);
-                indexed(node, Recorded { node, polls })
-            })
-            .collect();
-        let first = first_polls(&mut pending);
+        let (mut pending, first) = start((0..5).map(|node| {
+            let polls = Arc::clone(&polls);
+            indexed(node, Recorded { node, polls })
+        }));
         assert!(first.is_empty());
         assert_eq!(*polls.lock().unwrap(), [0, 1, 2, 3, 4]);
         let wakes = Arc::new(Wakes::default());
@@ -267,19 +263,16 @@ mod tests {
     #[test]
     fn requests_after_one_that_completes_at_once_still_get_their_first_poll() {
         let polls = Arc::new(Mutex::new(Vec::new()));
-        let mut pending: FuturesUnordered<_> = (0..3)
-            .map(|node| {
-                let polls = Arc::clone(&polls);
-                indexed(node, async move {
-                    polls.lock().unwrap().push(node);
-                    if node != 0 {
-                        std::future::pending::<()>().await;
-                    }
-                    node
-                })
+        let (pending, first) = start((0..3).map(|node| {
+            let polls = Arc::clone(&polls);
+            indexed(node, async move {
+                polls.lock().unwrap().push(node);
+                if node != 0 {
+                    std::future::pending::<()>().await;
+                }
+                node
             })
-            .collect();
-        let first = first_polls(&mut pending);
+        }));
         assert_eq!(first.iter().map(|(node, _)| *node).collect::<Vec<_>>(), [0]);
         assert_eq!(*polls.lock().unwrap(), [0, 1, 2]);
         assert_eq!(pending.len(), 2);
