@@ -175,7 +175,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = tokio::signal::ctrl_c() => {
-                eprintln!("interrupted: stopping");
+                crate::say!("interrupted: stopping");
                 return ExitCode::FAILURE;
             }
         }

@@ -118,7 +118,7 @@ pub(crate) fn mono_now_ns() -> u64 {
 }
 
 /// `valid_until` (tokio's monotonic clock) as a CLOCK_MONOTONIC deadline.
-fn deadline_ns(valid_until: Instant) -> u64 {
+pub(crate) fn deadline_ns(valid_until: Instant) -> u64 {
     // The raw clock is read first: the deadline then comes out a little
     // early rather than late, so the guardian never trusts a lapsed lock.
     let mono = mono_now_ns();
@@ -242,6 +242,9 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     }
 }
 
+/// Why the guardian kills when the deadline passes.
+const LAPSED: &str = "the lock's validity passed without renewal";
+
 /// Signals the guardian shrugs off: a terminal's Ctrl-C, Ctrl-\ and Ctrl-Z,
 /// hang-ups, termination requests, and terminal I/O from the background.
 const IGNORED: [libc::c_int; 7] = [
@@ -271,6 +274,8 @@ pub(crate) fn main() -> ExitCode {
     let mut stdin = unsafe { File::from_raw_fd(libc::STDIN_FILENO) };
     let mut group: Option<libc::pid_t> = None;
     let mut deadline: Option<u64> = None;
+    // The deadline passed while no group was known.
+    let mut lapsed = false;
     let mut message = [0u8; MESSAGE_LEN];
     let mut filled = 0;
     loop {
@@ -279,18 +284,22 @@ pub(crate) fn main() -> ExitCode {
             Some(at) => {
                 let now = mono_now_ns();
                 if now >= at {
-                    return kill(
-                        group,
-                        status::DEADLINE,
-                        "the lock's validity passed without renewal",
-                    );
+                    if group.is_some() {
+                        return kill(group, status::DEADLINE, LAPSED);
+                    }
+                    // quorumlock stalled before the command announced its
+                    // group: wait for it (to kill it at once) or for the
+                    // stand-down that follows a start refused as too late.
+                    deadline = None;
+                    lapsed = true;
+                    continue;
                 }
                 // Rounded up, so that poll does not wake just before the deadline.
                 let ms = (at - now).div_ceil(1_000_000);
                 libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
             }
         };
-        match wait_readable(timeout_ms) {
+        match ready(libc::STDIN_FILENO, libc::POLLIN, timeout_ms) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(_) => return kill(group, status::BROKEN, "cannot poll its pipe"),
@@ -309,10 +318,18 @@ pub(crate) fn main() -> ExitCode {
         filled = 0;
         match decode(&message) {
             Some((Kind::StandDown, _)) => return ExitCode::from(status::STOOD_DOWN),
-            Some((Kind::Deadline, at)) => deadline = Some(at),
+            // A lapsed lock stays lapsed: a later deadline cannot revive it
+            // (the lock is never renewed after its validity passed).
+            Some((Kind::Deadline, at)) if !lapsed => deadline = Some(at),
+            Some((Kind::Deadline, _)) => {}
             Some((Kind::Group, pgid)) => match libc::pid_t::try_from(pgid) {
                 // Group 1 would be init's, and our own would be a mistake.
-                Ok(pgid) if pgid > 1 && pgid != own_group() => group = Some(pgid),
+                Ok(pgid) if pgid > 1 && pgid != own_group() => {
+                    group = Some(pgid);
+                    if lapsed {
+                        return kill(group, status::DEADLINE, LAPSED);
+                    }
+                }
                 _ => return kill(group, status::BROKEN, "was sent a bad process group"),
             },
             None => return kill(group, status::BROKEN, "was sent an unknown message"),
@@ -320,11 +337,13 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
-/// Whether stdin became readable (or closed) within `timeout_ms`.
-fn wait_readable(timeout_ms: libc::c_int) -> io::Result<bool> {
+/// Whether `fd` became ready for `events` (or closed) within `timeout_ms`.
+/// A pipe is writable once it has room for an atomic write (PIPE_BUF
+/// bytes), more than one line of ours needs.
+fn ready(fd: RawFd, events: libc::c_short, timeout_ms: libc::c_int) -> io::Result<bool> {
     let mut fds = [libc::pollfd {
-        fd: libc::STDIN_FILENO,
-        events: libc::POLLIN,
+        fd,
+        events,
         revents: 0,
     }];
     // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
@@ -357,8 +376,9 @@ fn kill(group: Option<libc::pid_t>, code: u8, why: &str) -> ExitCode {
         // no memory-safety preconditions.
         #[allow(unsafe_code)]
         let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
-        if rc == 0 {
-            // Best effort: stderr may be closed, and nobody may be reading it.
+        // Best effort, and never blocking: nobody may be reading stderr, and
+        // a guardian stuck in a write would never exit.
+        if rc == 0 && ready(libc::STDERR_FILENO, libc::POLLOUT, 0).unwrap_or(false) {
             let _ = writeln!(
                 io::stderr(),
                 "quorumlock guardian: {why}; killed the command's process group {pgid}"

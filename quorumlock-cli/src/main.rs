@@ -13,6 +13,7 @@ mod guardian;
 mod nodes;
 mod reap;
 mod run;
+mod say;
 mod status;
 mod supervise;
 mod tls;
@@ -112,7 +113,7 @@ enum Command {
 
 /// Prints an error of the tool itself (not of the command) on stderr.
 pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("quorumlock: {message}");
+    crate::say!("quorumlock: {message}");
     ExitCode::from(code)
 }
 
@@ -122,6 +123,14 @@ fn main() -> ExitCode {
         // A plain synchronous loop: no runtime, no threads.
         return guardian::main();
     }
+    let code = dispatch(cli);
+    // What quorumlock said last (often why it failed) goes out before the
+    // exit status, unless stderr is not being read.
+    say::flush(say::FLUSH_LIMIT);
+    code
+}
+
+fn dispatch(cli: Cli) -> ExitCode {
     tls::install_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,

@@ -124,7 +124,7 @@ impl Nodes {
             }
         }
         if source == "--nodes" && urls.iter().any(|u| has_password(u)) {
-            eprintln!(
+            crate::say!(
                 "quorumlock: warning: --nodes holds a password, which every user of this machine can \
                  read in ps while quorumlock runs; use {NODES_ENV} or --nodes-file instead"
             );

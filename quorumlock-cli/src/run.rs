@@ -46,7 +46,7 @@ use quorumlock::{DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Error, Guard, LockOption
 use tokio::time::{Instant, sleep_until};
 
 use crate::duration::{self, show};
-use crate::guardian::Guardian;
+use crate::guardian::{self, Guardian};
 use crate::reap::{Reaper, stop_self};
 use crate::supervise::{self, Ending, Job, Signals};
 use crate::{Nodes, exit, fail};
@@ -191,7 +191,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
 async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
     let report = redlock.shutdown(DEFAULT_SHUTDOWN_TIMEOUT).await;
     if !report.is_complete() {
-        eprintln!("quorumlock: warning: at exit, {report}; those keys expire with their ttl");
+        crate::say!("quorumlock: warning: at exit, {report}; those keys expire with their ttl");
     }
     code
 }
@@ -223,7 +223,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
         }
     };
     if args.verbose {
-        eprintln!(
+        crate::say!(
             "quorumlock: acquired {:?} (majority {} of {} nodes), valid for {}",
             args.key,
             redlock.quorum(),
@@ -231,25 +231,14 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
             show(guard.remaining())
         );
     }
-    let (mut reaper, mut guardian) = match start_guardian(&guard) {
+    let (child, mut reaper, mut guardian) = match start(args, &guard, grace).await {
         Ok(started) => started,
-        Err(e) => {
-            let _ = guard.release().await;
-            return fail(exit::INTERNAL, format!("cannot start the guardian process: {e}"));
-        }
-    };
-    let child = match supervise::spawn(&args.command, &lock_env(&guard), guardian.fd()) {
-        Ok(child) => child,
-        Err(e) => {
-            stand_down(&mut guardian, &mut reaper).await;
-            let _ = guard.release().await;
-            let program = args.command[0].to_string_lossy();
-            let code = match e.kind() {
-                io::ErrorKind::NotFound => exit::NOT_FOUND,
-                io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                _ => exit::INTERNAL,
-            };
-            return fail(code, format!("cannot run {program}: {e}"));
+        Err(code) => {
+            // The command never ran: give back what is left of the lock.
+            if guard.is_held() {
+                let _ = guard.release().await;
+            }
+            return code;
         }
     };
     reaper.watch(child.id());
@@ -267,6 +256,12 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
     .await;
     // The group is empty: nothing is left for the guardian to kill.
     stand_down(&mut guardian, &mut reaper).await;
+    // A guardian that killed the group may be reaped only after it.
+    let termination = termination.or_else(|| {
+        let status = reaper.status(guardian.pid())?;
+        (status.code() != Some(i32::from(guardian::status::STOOD_DOWN)))
+            .then(|| supervise::guardian_ended(status))
+    });
     if let Some((code, reason)) = termination {
         // Give back what is left of the lock (nothing, if it was lost).
         if guard.is_held() {
@@ -281,13 +276,84 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
         );
     }
     if !guard.is_held() {
-        eprintln!(
+        crate::say!(
             "quorumlock: warning: lock {:?} was lost around the time the command ended",
             args.key
         );
     }
     release(args, guard, ttl).await;
     ExitCode::from(code_of(status))
+}
+
+/// Starts the command under `guard`, with the guardian watching over it;
+/// on failure, says why and returns the exit status.
+///
+/// The command starts only before the start deadline ([`start_deadline`]);
+/// the last check is the child's own, right before exec (see
+/// [`supervise::spawn`]).
+async fn start(
+    args: &Args,
+    guard: &Guard,
+    grace: Duration,
+) -> Result<(std::process::Child, Reaper, Guardian), ExitCode> {
+    let start_by = start_deadline(guard, grace);
+    let too_late = || {
+        fail(
+            exit::LOST,
+            format!(
+                "lock {:?} had less than {} of validity left when the command was to start \
+                 (quorumlock was held up since taking it); the command did not run",
+                args.key,
+                show(guard.valid_until().saturating_duration_since(start_by))
+            ),
+        )
+    };
+    if Instant::now() >= start_by {
+        return Err(too_late());
+    }
+    let (mut reaper, mut guardian) = match start_guardian(guard) {
+        Ok(started) => started,
+        Err(e) => {
+            return Err(fail(
+                exit::INTERNAL,
+                format!("cannot start the guardian process: {e}"),
+            ));
+        }
+    };
+    let spawned = supervise::spawn(
+        &args.command,
+        &lock_env(guard),
+        guardian.fd(),
+        guardian::deadline_ns(start_by),
+    );
+    match spawned {
+        Ok(child) => Ok((child, reaper, guardian)),
+        Err(e) => {
+            stand_down(&mut guardian, &mut reaper).await;
+            if e.raw_os_error() == Some(supervise::TOO_LATE) {
+                return Err(too_late());
+            }
+            let program = args.command[0].to_string_lossy();
+            let code = match e.kind() {
+                io::ErrorKind::NotFound => exit::NOT_FOUND,
+                io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
+                _ => exit::INTERNAL,
+            };
+            Err(fail(code, format!("cannot run {program}: {e}")))
+        }
+    }
+}
+
+/// The last instant at which the command may start: while the lock has more
+/// validity left than its first renewal needs (the library's rule, see
+/// [`Guard::start_deadline`]) and more than the grace period, below which
+/// the supervisor would terminate it at once as a lock about to be lost.
+fn start_deadline(guard: &Guard, grace: Duration) -> Instant {
+    let by_grace = guard
+        .valid_until()
+        .checked_sub(grace)
+        .unwrap_or_else(Instant::now);
+    guard.start_deadline().min(by_grace)
 }
 
 /// Starts reaping, then the guardian, and tells it the lock's deadline.
@@ -328,20 +394,22 @@ fn lock_env(guard: &Guard) -> supervise::LockEnv {
 async fn release(args: &Args, guard: Guard, ttl: Duration) {
     match guard.release().await {
         Ok(report) if args.verbose => match report.kept_until {
-            Some(until) => eprintln!(
+            Some(until) => crate::say!(
                 "quorumlock: kept {:?} on {} of {} nodes until its minimum hold passes, in {}",
                 args.key,
                 report.confirmed,
                 report.nodes,
                 show(until.saturating_duration_since(Instant::now()))
             ),
-            None => eprintln!(
+            None => crate::say!(
                 "quorumlock: released {:?} on {} of {} nodes",
-                args.key, report.confirmed, report.nodes
+                args.key,
+                report.confirmed,
+                report.nodes
             ),
         },
         Ok(_) => {}
-        Err(e) => eprintln!(
+        Err(e) => crate::say!(
             "quorumlock: warning: release of {:?} failed ({e}); it expires within {}",
             args.key,
             show(ttl)

@@ -32,6 +32,11 @@ const DEADLINE_REFRESHES_PER_TTL: u32 = 10;
 /// The shortest refresh period, so that a tiny ttl cannot make the loop spin.
 const MIN_DEADLINE_REFRESH: Duration = Duration::from_millis(1);
 
+/// The error (errno) of a spawn refused because the start deadline had
+/// passed: ETIME, "timer expired", which neither exec nor the other steps
+/// before it report.
+pub(crate) const TOO_LATE: i32 = libc::ETIME;
+
 /// The variables that tell the command about its lock.
 pub(crate) const KEY_ENV: &str = "QUORUMLOCK_KEY";
 pub(crate) const LOCK_TOKEN_ENV: &str = "QUORUMLOCK_LOCK_TOKEN";
@@ -57,10 +62,19 @@ pub(crate) struct LockEnv {
 /// std's `spawn` returns only once the child has exec'd (or failed to), so
 /// the group id cannot be forwarded by quorumlock before the command runs;
 /// hence the child announces itself.
+///
+/// The child compares CLOCK_MONOTONIC with `start_by` (nanoseconds on that
+/// clock) first and as the last thing before exec: when quorumlock was held
+/// up so long since it took the lock that the start deadline passed, the
+/// command is not executed and the spawn fails with [`TOO_LATE`]. Checked
+/// any earlier, a stall between the check and the exec could still start
+/// the command on a lapsed lock; a stall after it is the guardian's to end
+/// (it knows the group by then, and kills it at the validity deadline).
 pub(crate) fn spawn(
     command: &[OsString],
     lock: &LockEnv,
     guardian: RawFd,
+    start_by: u64,
 ) -> io::Result<std::process::Child> {
     let Some((program, args)) = command.split_first() else {
         return Err(io::Error::from(io::ErrorKind::InvalidInput));
@@ -79,7 +93,7 @@ pub(crate) fn spawn(
     };
     let parent = std::process::id();
     // SAFETY: everything in the closure is async-signal-safe: libc calls
-    // (prctl, getppid, getpid, getpgrp, signal, write, close) on integers
+    // (prctl, getppid, getpid, getpgrp, signal, write, close, clock_gettime) on integers
     // and a stack buffer, and io::Error values built from errno, which do
     // not allocate. The descriptor is quorumlock's open pipe, inherited
     // through fork; closing it affects only the child.
@@ -92,6 +106,11 @@ pub(crate) fn spawn(
             // The parent may have died before prctl took effect.
             if libc::getppid() as u32 != parent {
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            // Too late already: the guardian is not told of a group that
+            // will never run, so the spawn fails with TOO_LATE, not a kill.
+            if guardian::mono_now_ns() >= start_by {
+                return Err(io::Error::from_raw_os_error(TOO_LATE));
             }
             let pid = libc::getpid();
             // std puts the child in its group before running this closure;
@@ -110,6 +129,11 @@ pub(crate) fn spawn(
                 return Err(error);
             }
             libc::close(guardian);
+            // And once more as the very last step: a stall since the first
+            // check must not start the command either.
+            if guardian::mono_now_ns() >= start_by {
+                return Err(io::Error::from_raw_os_error(TOO_LATE));
+            }
             Ok(())
         });
     }
@@ -205,7 +229,7 @@ impl Job<'_> {
                 if !leftovers_seen {
                     leftovers_seen = true;
                     if self.verbose {
-                        eprintln!(
+                        crate::say!(
                             "quorumlock: the command exited and left processes in its group; \
                              terminating them before the release"
                         );
@@ -286,7 +310,7 @@ impl Job<'_> {
 }
 
 /// The exit status and reason for a guardian that exited on its own.
-fn guardian_ended(status: ExitStatus) -> (u8, String) {
+pub(crate) fn guardian_ended(status: ExitStatus) -> (u8, String) {
     match status.code().and_then(|c| u8::try_from(c).ok()) {
         Some(guardian::status::DEADLINE) => (
             exit::LOST,

@@ -2,7 +2,7 @@
 //! is gone, from [`quorumlock::Redlock::unlock`] and
 //! [`quorumlock::Redlock::force_unlock`].
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
 
 use quorumlock::{DeletedValue, Error, NodeError, UnlockOutcome, UnlockReport};
@@ -76,7 +76,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
                     );
                 }
                 if !confirm(&args.key) {
-                    eprintln!("quorumlock: nothing deleted");
+                    crate::say!("quorumlock: nothing deleted");
                     return ExitCode::from(exit::NOTHING_DELETED);
                 }
             }
@@ -92,8 +92,9 @@ pub(crate) async fn run(args: Args) -> ExitCode {
 
 /// Asks on stderr and reads the answer from stdin (a terminal).
 fn confirm(key: &str) -> bool {
-    eprint!("quorumlock: delete {key:?} on every node, whoever holds it? [y/N] ");
-    let _ = std::io::stderr().flush();
+    crate::say::text(format!(
+        "quorumlock: delete {key:?} on every node, whoever holds it? [y/N] "
+    ));
     let mut answer = String::new();
     if std::io::stdin().lock().read_line(&mut answer).is_err() {
         return false;
@@ -118,7 +119,7 @@ fn outcome(report: &UnlockReport) -> ExitCode {
             }
             _ => "unknown outcome".to_owned(),
         };
-        eprintln!(
+        crate::say!(
             "quorumlock: {:?} on node {} ({}): {what}",
             report.resource,
             i + 1,
@@ -126,7 +127,7 @@ fn outcome(report: &UnlockReport) -> ExitCode {
         );
     }
     let (deleted, answered) = (report.deleted(), report.answered());
-    eprintln!(
+    crate::say!(
         "quorumlock: {:?}: deleted on {deleted} of {} nodes, {answered} answered, majority {}",
         report.resource,
         report.nodes.len(),

@@ -17,6 +17,8 @@
 //!   runs.
 //! - [`skew`]: a [`SkewedClock`] for a server's wall clock (fast, slow,
 //!   jumping), through an `LD_PRELOAD` shim; Linux only.
+//! - [`stall`]: a process that stops itself at a known step (its first
+//!   `fork` or `execvp`), through another such shim.
 //! - [`fake`]: a node that answers garbage, the wrong type of reply, or
 //!   closes the connection mid-reply.
 //! - [`faults`]: a [`faults::Cluster`] of nodes built from the above and a
@@ -84,7 +86,9 @@ pub mod faults;
 pub mod panics;
 pub mod proxy;
 pub mod server;
+mod shim;
 pub mod skew;
+pub mod stall;
 
 use std::time::Duration;
 

@@ -231,6 +231,8 @@ impl Redlock {
     /// Takes the lock (waiting as [`Redlock::lock`] does), runs `work` on
     /// this thread while the watchdog keeps the lock alive, and releases it.
     ///
+    /// `work` is called only while the lock has more validity left than its
+    /// first renewal needs ([`crate::Guard::start_deadline`]).
     /// A synchronous closure cannot be stopped from outside: if the lock is
     /// lost while `work` runs, `work` still runs to its end. Check
     /// [`Guard::is_held`] between its steps and stop when it turns `false`.
@@ -240,13 +242,17 @@ impl Redlock {
     ///
     /// # Errors
     ///
-    /// As [`Redlock::lock`], plus [`Error::Lost`]. A release that fails
-    /// after `work` completed is logged, not returned.
+    /// As [`Redlock::lock`], plus [`Error::Lost`], and
+    /// [`Error::ValidityUsedUp`] when `work` was not called because less than
+    /// the start margin was left. A release that fails after `work`
+    /// completed is logged, not returned.
     pub fn with_lock<F, T>(&self, resources: impl Into<Resources>, ttl: Duration, work: F) -> Result<T>
     where
         F: FnOnce(&Guard) -> T,
     {
         let guard = self.lock(resources, ttl)?;
+        // As the async form: never start on a lock whose validity ran out.
+        guard.inner().check_start()?;
         let value = work(&guard);
         if guard.is_held() {
             if let Err(error) = guard.release() {
@@ -325,6 +331,12 @@ impl Guard {
     /// Time left until [`Guard::valid_until`] (zero once it has passed).
     pub fn remaining(&self) -> Duration {
         self.inner().remaining()
+    }
+
+    /// The last instant at which work should start under this lock (see
+    /// [`crate::Guard::start_deadline`]), on the standard monotonic clock.
+    pub fn start_deadline(&self) -> Instant {
+        self.inner().start_deadline().into_std()
     }
 
     /// Whether the lock is still ours: not lost, and its validity has not

@@ -152,6 +152,10 @@ impl Redlock {
     /// Takes the lock (waiting as [`Redlock::lock`] does), runs `work` while
     /// holding it, and releases it: the Rust form of an `async with` block.
     ///
+    /// `work` starts only while the lock has more validity left than its
+    /// first renewal needs ([`Guard::start_deadline`]): when the thread was
+    /// held up between taking the lock and starting `work` for so long that
+    /// the validity ran out, `work` never runs and the lock is given back.
     /// With auto-renewal (the default) the lock is kept alive for as long as
     /// `work` runs. If the lock is lost first, `work`'s future is dropped at
     /// that point (it stops at its next `.await`) and the call returns
@@ -161,8 +165,11 @@ impl Redlock {
     /// # Errors
     ///
     /// As [`Redlock::lock`], plus [`Error::Lost`] ([`Error::Closed`] when
-    /// the loss was a [`Redlock::shutdown`]). A release that fails after
-    /// `work` completed is logged, not returned: the work is done.
+    /// the loss was a [`Redlock::shutdown`]), also when the lock was lost
+    /// before `work` could start. [`Error::ValidityUsedUp`] when less than
+    /// the start margin was left ([`Guard::start_deadline`]); `work` did not
+    /// run. A release that fails after `work` completed is logged, not
+    /// returned: the work is done.
     ///
     /// # Examples
     ///
@@ -198,14 +205,15 @@ impl Redlock {
     /// should simply be skipped while someone else does it.
     ///
     /// Once the lock is taken, everything is as in [`Redlock::with_lock`]:
-    /// `work` is renewed for as long as it runs (with auto-renewal), dropped
-    /// when the lock is lost ([`Error::Lost`]), and the lock is released at
-    /// the end in every case.
+    /// `work` starts only with enough validity left, is renewed for as long
+    /// as it runs (with auto-renewal), dropped when the lock is lost
+    /// ([`Error::Lost`]), and the lock is released at the end in every case.
     ///
     /// # Errors
     ///
     /// As [`Redlock::try_lock`], plus [`Error::Lost`] ([`Error::Closed`] when
-    /// the loss was a [`Redlock::shutdown`]).
+    /// the loss was a [`Redlock::shutdown`]) and [`Error::ValidityUsedUp`]
+    /// as in [`Redlock::with_lock`].
     ///
     /// # Examples
     ///
@@ -249,6 +257,12 @@ async fn hold_while<F, T>(guard: Guard, work: F) -> Result<T>
 where
     F: AsyncFnOnce(&Guard) -> T,
 {
+    // The work never starts on a lock whose validity ran out (or nearly)
+    // since it was taken: its first step could not be stopped.
+    if let Err(error) = guard.check_start() {
+        drop(guard);
+        return Err(error);
+    }
     let outcome = {
         let work = work(&guard);
         tokio::select! {

@@ -109,6 +109,22 @@ pub const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 /// Default minimum validity an acquisition must leave (any positive time).
 pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
 
+/// Validity a lock must still have, beyond one renewal round, for guarded
+/// work to start under it ([`crate::Guard::start_deadline`]).
+///
+/// Work is started by [`crate::Redlock::with_lock`] (its first poll), the
+/// blocking client's `with_lock` (the closure's call) and `quorumlock run`
+/// (the command's exec). Between taking the lock and that start, the
+/// process can stall: a runtime thread busy with other work, a blocked log
+/// write, a SIGSTOP. Work that starts after the validity ended would run
+/// beside the next holder, and the loss signal cannot stop a step that is
+/// already running. So work starts only while more validity is left than the
+/// first renewal needs to be confirmed (the node timeout bounds its round)
+/// plus this allowance for the start itself: an exec of a command takes a
+/// millisecond or two, a first poll far less; ten milliseconds cover them
+/// on a loaded machine.
+pub const START_MARGIN: Duration = Duration::from_millis(10);
+
 // Fencing, idempotency keys and shutdown.
 
 /// Proposal rounds of a fenced acquisition before it gives up.

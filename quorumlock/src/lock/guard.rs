@@ -10,6 +10,7 @@ use super::release::{give_back, release_in_background};
 use super::shared::Shared;
 use super::state::Held;
 use super::watchdog;
+use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
 use crate::quorum::Until;
 use crate::wire::lock::Extend;
@@ -140,6 +141,65 @@ impl Guard {
     /// Time left until [`Guard::valid_until`] (zero once it has passed).
     pub fn remaining(&self) -> Duration {
         self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// The last instant at which work should start under this lock:
+    /// [`Guard::valid_until`] minus one renewal round (the client's node
+    /// timeout) and [`START_MARGIN`].
+    ///
+    /// Work that starts later could not count on its first renewal, and may
+    /// run past the validity (beside the next holder) before the loss signal
+    /// can stop it. [`Redlock::with_lock`](crate::Redlock::with_lock),
+    /// [`Redlock::try_with_lock`](crate::Redlock::try_with_lock) and
+    /// `quorumlock run` never start work after it. With a guard from
+    /// [`Redlock::lock`](crate::Redlock::lock), check it right before
+    /// starting work that something may have delayed since (a busy runtime
+    /// thread, a blocking call).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use quorumlock::Redlock;
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
+    /// let guard = redlock.lock("stock:sku-42", Duration::from_secs(10)).await?;
+    /// if Instant::now() < guard.start_deadline() {
+    ///     // Deduct the stock: the lock has time left for its renewal.
+    /// }
+    /// guard.release().await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn start_deadline(&self) -> Instant {
+        let valid_until = self.valid_until();
+        valid_until
+            .checked_sub(self.start_margin())
+            .unwrap_or(self.held.acquired_at().min(valid_until))
+    }
+
+    /// Whether work may start under this lock now (see
+    /// [`Guard::start_deadline`]), or the error to return instead:
+    /// [`Error::Lost`] when the lock is gone, [`Error::ValidityUsedUp`] when
+    /// less than the start margin is left.
+    pub(crate) fn check_start(&self) -> Result<()> {
+        if !self.is_held() {
+            return Err(self.lost_error(self.last_confirmed()));
+        }
+        let now = Instant::now();
+        if now < self.start_deadline() {
+            return Ok(());
+        }
+        Err(Error::ValidityUsedUp {
+            elapsed: now.saturating_duration_since(self.held.acquired_at()),
+            ttl: self.held.ttl(),
+            min: self.start_margin(),
+        })
+    }
+
+    fn start_margin(&self) -> Duration {
+        self.shared.quorum.node_timeout + START_MARGIN
     }
 
     /// Whether the lock is still ours: not lost, and its validity has not

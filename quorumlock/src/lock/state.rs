@@ -108,6 +108,11 @@ impl Held {
         self.state().ttl
     }
 
+    /// When the acquisition of this lock began (before its first request).
+    pub(crate) fn acquired_at(&self) -> Instant {
+        self.state().acquired_at
+    }
+
     pub(crate) fn confirmed(&self) -> usize {
         self.state().confirmed
     }

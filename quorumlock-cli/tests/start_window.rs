@@ -1,0 +1,302 @@
+//! `quorumlock run` never starts its command on a lock whose validity ran
+//! out between taking the lock and the exec, whatever held quorumlock up
+//! there, and its own stderr never holds up the start or the renewals.
+//! Through the built binary, against real redis-server nodes; the stall
+//! comes at a known step (quorumlock stops itself there, see
+//! `quorumlock_testkit::stall`), with a second holder taking the lapsed lock
+//! meanwhile.
+
+use std::io::{Read, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use quorumlock_testkit::stall::{self, StallAt};
+use quorumlock_testkit::{RedisServer, start_nodes, urls};
+
+const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+
+/// Exit status of a run whose lock was lost (documented in `--help`).
+const LOST: i32 = 79;
+
+/// The lock's ttl in the stall tests: short, so that 50 tries stay quick,
+/// and long next to a loaded machine's scheduling delays (the run's own
+/// steps before the stall take a few milliseconds).
+const TTL: &str = "800ms";
+
+/// Per-node timeout: generous for a loaded machine, well inside the ttl.
+const NODE_TIMEOUT: &str = "200ms";
+
+/// Tries per stall test, as many at a time as [`PARALLEL`].
+const TRIES: usize = 50;
+const PARALLEL: usize = 5;
+
+/// Bound for anything a run must do soon: reach its stall, exit, write.
+const LIMIT: Duration = Duration::from_secs(15);
+
+/// How long the second holder may wait for the stalled run's lock: its
+/// keys expire a ttl after they were set.
+const SECOND_WAIT: &str = "10s";
+
+fn run(nodes: &[RedisServer], args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("run")
+        .args(["--node-timeout", NODE_TIMEOUT])
+        .args(args)
+        .env("QUORUMLOCK_NODES", urls(nodes).join(","))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    cmd
+}
+
+/// A fresh empty directory for the commands' marker files.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("quorumlock-start-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    dir
+}
+
+/// A shell command that ignores SIGTERM, writes the monotonic-enough wall
+/// time in nanoseconds to `started`, sleeps `secs`, then writes `ended`.
+fn marking(started: &Path, ended: &Path, secs: f64) -> String {
+    format!(
+        "trap '' TERM; date +%s%N > {}; sleep {secs}; date +%s%N > {}",
+        started.display(),
+        ended.display()
+    )
+}
+
+fn nanos(path: &Path) -> Option<u128> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Polls `condition` every 5 ms until it holds, at most [`LIMIT`].
+fn within_limit(what: &str, mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(start.elapsed() < LIMIT, "{what}: not within {LIMIT:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A spawned quorumlock whose stderr is collected; killed if still running
+/// when dropped (a failed assertion), continued first if stopped.
+struct Running {
+    child: Child,
+    stderr: Option<JoinHandle<String>>,
+}
+
+impl Running {
+    fn spawn(mut cmd: Command) -> Running {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn quorumlock");
+        let mut pipe = child.stderr.take().expect("piped stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        });
+        Running {
+            child,
+            stderr: Some(stderr),
+        }
+    }
+
+    fn wait(&mut self) -> (ExitStatus, String) {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                break status;
+            }
+            assert!(
+                start.elapsed() < LIMIT,
+                "quorumlock did not exit within {LIMIT:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let stderr = self.stderr.take().map(|h| h.join().unwrap_or_default());
+        (status, stderr.unwrap_or_default())
+    }
+
+    fn signal(&self, signo: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
+        // SAFETY: kill(2) on our own child's pid; no memory is involved.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::kill(pid, signo);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            self.signal(libc::SIGCONT);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The pid of the child of `parent` that is stopped, if any.
+fn stopped_child(parent: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|pid| pid.parse().ok())
+        .find(|pid| stall::is_stopped(*pid))
+}
+
+/// One try: a run that stalls at `at` right after taking the lock, a second
+/// run that takes the lock once it lapsed, and then the first continued.
+/// The first command must never have started; the first run exits 79.
+fn stalled_run_never_starts_its_command(nodes: &[RedisServer], dir: &Path, at: StallAt, i: usize) {
+    let key = format!("start:{at:?}:{i}");
+    let (first_started, first_ended) = (dir.join(format!("first-{i}")), dir.join(format!("first-end-{i}")));
+    let (second_started, second_ended) = (
+        dir.join(format!("second-{i}")),
+        dir.join(format!("second-end-{i}")),
+    );
+    let mut first = run(nodes, &["--key", &key, "--ttl", TTL, "--wait", "0", "--"]);
+    first.args(["sh", "-c", &marking(&first_started, &first_ended, 0.5)]);
+    first.envs(stall::env(at));
+    let mut first = Running::spawn(first);
+    let pid = first.child.id();
+    within_limit("the first run stalls", || match at {
+        StallAt::Fork => stall::is_stopped(pid),
+        StallAt::Exec => stopped_child(pid).is_some(),
+    });
+
+    let mut second = run(nodes, &["--key", &key, "--ttl", TTL, "--wait", SECOND_WAIT, "--"]);
+    second.args(["sh", "-c", &marking(&second_started, &second_ended, 0.0)]);
+    let (status, stderr) = Running::spawn(second).wait();
+    assert!(status.success(), "second run: {status}: {stderr}");
+    if at == StallAt::Fork {
+        // Continued only after the second holder ran.
+        first.signal(libc::SIGCONT);
+    }
+    // At Exec, the command's process stays stopped until the guardian kills it.
+    let (status, stderr) = first.wait();
+    assert_eq!(
+        nanos(&first_started),
+        None,
+        "try {i}: the first command started on a lapsed lock (the second ran from {:?} to {:?}); \
+         the first run said: {stderr}",
+        nanos(&second_started),
+        nanos(&second_ended),
+    );
+    assert_eq!(status.code(), Some(LOST), "try {i}: {stderr}");
+    // At Exec the guardian killed the command's process before its exec;
+    // quorumlock reports the lapse as the guardian's kill or its own loss
+    // signal, whichever it sees first.
+    let expected = match at {
+        StallAt::Fork => "the command did not run",
+        StallAt::Exec => "the command was terminated",
+    };
+    assert!(stderr.contains(expected), "try {i}: {stderr}");
+}
+
+fn stalls_never_start_the_command(name: &str, at: StallAt) {
+    let nodes = start_nodes(3);
+    let dir = scratch(name);
+    std::thread::scope(|scope| {
+        for lane in 0..PARALLEL {
+            let (nodes, dir) = (&nodes, &dir);
+            scope.spawn(move || {
+                for i in (lane..TRIES).step_by(PARALLEL) {
+                    stalled_run_never_starts_its_command(nodes, dir, at, i);
+                }
+            });
+        }
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_run_stalled_before_it_forks_the_command_never_starts_it_once_the_lock_lapsed() {
+    stalls_never_start_the_command("fork", StallAt::Fork);
+}
+
+#[test]
+fn a_command_stalled_between_its_start_check_and_exec_is_killed_before_it_runs() {
+    stalls_never_start_the_command("exec", StallAt::Exec);
+}
+
+/// A pipe whose buffer is full: a write to it blocks until someone reads.
+fn full_pipe() -> (std::io::PipeReader, std::io::PipeWriter) {
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    let fd = writer.as_raw_fd();
+    let set_nonblocking = |on: bool| {
+        // SAFETY: fcntl on a descriptor we own, with integer arguments only.
+        #[allow(unsafe_code)]
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            let flags = if on {
+                flags | libc::O_NONBLOCK
+            } else {
+                flags & !libc::O_NONBLOCK
+            };
+            assert_eq!(libc::fcntl(fd, libc::F_SETFL, flags), 0, "fcntl");
+        }
+    };
+    set_nonblocking(true);
+    let chunk = [b'.'; 4096];
+    loop {
+        match writer.write(&chunk) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("filling the pipe: {e}"),
+        }
+    }
+    // The flag belongs to the open pipe, which quorumlock shares: its writes
+    // must block, as they would on a pipe nobody reads.
+    set_nonblocking(false);
+    (reader, writer)
+}
+
+#[test]
+fn a_full_stderr_pipe_delays_neither_the_start_nor_the_renewals() {
+    // Runs 2.5 ttls: only renewals keep the lock that long.
+    let (ttl, runs_for) = ("1s", 2.5);
+    let nodes = start_nodes(3);
+    let dir = scratch("stderr");
+    let (first_started, first_ended) = (dir.join("first"), dir.join("first-end"));
+    let (second_started, second_ended) = (dir.join("second"), dir.join("second-end"));
+    let (reader, writer) = full_pipe();
+    let mut first = run(
+        &nodes,
+        &["-v", "--key", "start:stderr", "--ttl", ttl, "--wait", "0", "--"],
+    );
+    first.args(["sh", "-c", &marking(&first_started, &first_ended, runs_for)]);
+    let mut first = first.stderr(writer).spawn().expect("spawn quorumlock");
+    // The command starts while nobody reads quorumlock's stderr.
+    within_limit("the first command starts", || nanos(&first_started).is_some());
+
+    let mut second = run(
+        &nodes,
+        &["--key", "start:stderr", "--ttl", ttl, "--wait", SECOND_WAIT, "--"],
+    );
+    second.args(["sh", "-c", &marking(&second_started, &second_ended, 0.0)]);
+    let (status, stderr) = Running::spawn(second).wait();
+    assert!(status.success(), "second run: {status}: {stderr}");
+    let mut first_status = None;
+    within_limit("the first run exits", || {
+        first_status = first.try_wait().expect("try_wait");
+        first_status.is_some()
+    });
+    // Read only now: everything quorumlock could not write was dropped.
+    drop(reader);
+    let (first_ended, second_started) = (nanos(&first_ended), nanos(&second_started));
+    assert_eq!(
+        first_status.and_then(|s| s.code()),
+        Some(0),
+        "the first run kept its lock through renewals with stderr full"
+    );
+    assert!(
+        first_ended.is_some_and(|end| second_started.is_some_and(|start| start > end)),
+        "the second command started at {second_started:?}, before the first ended at {first_ended:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
