@@ -300,3 +300,78 @@ fn a_full_stderr_pipe_delays_neither_the_start_nor_the_renewals() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// CLOCK_MONOTONIC now, in nanoseconds (the clock of the guardian's deadlines).
+fn mono_now_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the duration of the call.
+    #[allow(unsafe_code)]
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    assert_eq!(rc, 0, "clock_gettime");
+    u64::try_from(now.tv_sec).expect("secs") * 1_000_000_000 + u64::try_from(now.tv_nsec).expect("nanos")
+}
+
+/// A guardian message: kind and value, little-endian (`Kind` in guardian.rs).
+fn message(kind: u64, value: u64) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&kind.to_le_bytes());
+    bytes[8..].copy_from_slice(&value.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn a_group_announced_after_the_deadline_is_killed_at_once() {
+    const GROUP: u64 = 1;
+    const DEADLINE: u64 = 2;
+    // The guardian's exit status when it killed for a passed deadline.
+    const DEADLINE_PASSED: i32 = 2;
+    const PAST_DEADLINE_NS: u64 = 300_000_000;
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
+    let mut guardian = Command::new(BIN)
+        .arg("__guardian")
+        .stdin(reader)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn the guardian");
+    let deadline = mono_now_ns() + 20_000_000;
+    writer
+        .write_all(&message(DEADLINE, deadline))
+        .expect("send the deadline");
+    // A command that quorumlock starts only after the deadline passed (its
+    // own process group, as `run` gives it).
+    let mut late = {
+        use std::os::unix::process::CommandExt;
+        Command::new("sleep")
+            .arg("60")
+            .process_group(0)
+            .spawn()
+            .expect("spawn sleep")
+    };
+    // Long past the deadline: a guardian that exits on it has done so.
+    within_limit("the deadline is long past", || {
+        mono_now_ns() > deadline + PAST_DEADLINE_NS
+    });
+    assert!(
+        guardian.try_wait().expect("try_wait").is_none(),
+        "the guardian waits for a group after the deadline instead of exiting"
+    );
+    writer
+        .write_all(&message(GROUP, u64::from(late.id())))
+        .expect("announce the group");
+    let mut killed = None;
+    within_limit("the late group is killed", || {
+        killed = late.try_wait().expect("try_wait");
+        killed.is_some()
+    });
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(killed.and_then(|s| s.signal()), Some(libc::SIGKILL));
+    let mut exited = None;
+    within_limit("the guardian exits", || {
+        exited = guardian.try_wait().expect("try_wait");
+        exited.is_some()
+    });
+    assert_eq!(exited.and_then(|s| s.code()), Some(DEADLINE_PASSED));
+}

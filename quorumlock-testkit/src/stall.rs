@@ -1,5 +1,7 @@
-//! A process under test that stops itself (SIGSTOP) at a known step, for
-//! tests of what happens when a process stalls exactly there.
+//! Stalls at a known step, for tests of what happens when a process or a
+//! thread is held up exactly there: a process under test that stops itself
+//! (SIGSTOP), and a thread that blocks in a `tracing` event of the library
+//! ([`StallOnEvent`]).
 //!
 //! A stall sent from outside lands wherever the process happens to be; the
 //! window between two steps of `quorumlock run` (taking the lock, starting
@@ -18,8 +20,15 @@
 //! and the exec. The shim removes itself from the environment as it loads:
 //! the processes the stalled one starts run unchanged.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
 
 use crate::shim;
 
@@ -68,4 +77,71 @@ fn shim_path() -> &'static Path {
         Ok(path) => path,
         Err(e) => panic!("{e}"),
     }
+}
+
+/// A `tracing` subscriber that blocks the thread emitting a given event
+/// (by its message) once, for a given time: the library's own thread held
+/// up at a known step, as a busy runtime or a slow log sink would hold it.
+///
+/// Install it for the test's thread with `tracing::subscriber::set_default`
+/// (a `current_thread` runtime polls every task on that thread).
+#[derive(Debug)]
+pub struct StallOnEvent {
+    message: &'static str,
+    stall: Duration,
+    armed: AtomicBool,
+}
+
+impl StallOnEvent {
+    /// Blocks for `stall` in the first event whose message is `message`.
+    pub fn new(message: &'static str, stall: Duration) -> StallOnEvent {
+        StallOnEvent {
+            message,
+            stall,
+            armed: AtomicBool::new(true),
+        }
+    }
+
+    /// Whether the stall happened.
+    pub fn stalled(&self) -> bool {
+        !self.armed.load(Ordering::SeqCst)
+    }
+}
+
+/// Finds whether an event's message is the one looked for.
+struct MessageIs<'a>(&'a str, bool);
+
+impl Visit for MessageIs<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if field.name() == "message" {
+            self.1 = format!("{value:?}") == self.0;
+        }
+    }
+}
+
+impl Subscriber for StallOnEvent {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+
+    fn event(&self, event: &Event<'_>) {
+        let mut found = MessageIs(self.message, false);
+        event.record(&mut found);
+        if found.1 && self.armed.swap(false, Ordering::SeqCst) {
+            // The stall itself: this thread does nothing else meanwhile.
+            std::thread::sleep(self.stall);
+        }
+    }
+
+    fn enter(&self, _: &Id) {}
+
+    fn exit(&self, _: &Id) {}
 }

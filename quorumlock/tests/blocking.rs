@@ -254,3 +254,24 @@ fn shutdown_releases_a_held_lock_and_closes_the_client() {
         Err(Error::Closed)
     ));
 }
+
+#[test]
+fn with_lock_never_calls_the_work_once_the_validity_passed() {
+    let nodes = start_nodes(3);
+    let redlock = client(&nodes);
+    let ttl = Duration::from_secs(1);
+    // The caller's thread (which runs the acquisition) held up past the
+    // validity right after the lock was taken.
+    let stall = std::sync::Arc::new(quorumlock_testkit::stall::StallOnEvent::new(
+        "lock acquired",
+        ttl + ttl / 4,
+    ));
+    let mut ran = false;
+    let outcome = {
+        let _default = tracing::subscriber::set_default(std::sync::Arc::clone(&stall));
+        redlock.with_lock("blocking:start", ttl, |_| ran = true)
+    };
+    assert!(stall.stalled(), "the acquisition emitted its event");
+    assert!(!ran, "the work was called on a lapsed lock");
+    assert!(matches!(outcome, Err(Error::Lost { .. })), "{outcome:?}");
+}
