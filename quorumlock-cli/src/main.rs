@@ -43,7 +43,8 @@ pub(crate) mod exit {
     /// Another owner held the lock for the whole `--wait` (sysexits' EX_TEMPFAIL: try later).
     pub(crate) const BUSY: u8 = 75;
     /// The lock was lost (or about to be) while the command ran, or its validity passed
-    /// while quorumlock was stopped; the command was terminated.
+    /// while quorumlock was stopped; the command was terminated. Also: the validity ran
+    /// out between taking the lock and the command's start; the command did not run.
     /// Outside the sysexits meanings and the shell's 126+ range on purpose.
     pub(crate) const LOST: u8 = 79;
     /// quorumlock itself failed (not the command, not the nodes), e.g. its guardian
@@ -78,7 +79,7 @@ Examples:
 
 Exit statuses of `run`: the command's own (128+N when it died of signal N);
   2 bad usage, 69 nodes unreachable, 75 lock busy, 79 lock lost (command
-  terminated), 125 quorumlock failed (command terminated), 126 command not
+  terminated, or not started), 125 quorumlock failed (command terminated), 126 command not
   executable, 127 command not found.
   `check`: 0 usable, 1 a node is unusable, 2 bad usage.
   `status`: 0 every key free, 1 some key held, 3 some key indeterminate, 2 bad usage.

@@ -12,6 +12,11 @@
 //!   someone else when nodes fail; only a sudden loss (a majority reporting
 //!   another owner) can leave an overlap, of at most the grace period.
 //!
+//! The command starts only while the lock has more validity left than
+//! `--grace` and one renewal round (see [`start_deadline`]), checked by the
+//! command's process itself right before exec; when quorumlock was held up
+//! since taking the lock, the command does not run (exit 79).
+//!
 //! No process of the command outlives the lock, whatever ends quorumlock:
 //! - A guardian process (see [`crate::guardian`]) kills the command's group
 //!   when quorumlock dies (SIGKILL, the OOM killer) or stops renewing in time
@@ -84,6 +89,9 @@ It does not inherit QUORUMLOCK_NODES (nor any other variable of quorumlock's tha
 may hold a password). It runs as your user, though, and can read what you can:
 a nodes file, quorumlock's own environment (/proc/PID/environ).
 No process of that group runs without the lock:
+  - the command starts only while the lock has more than --grace (and one
+    renewal round) of validity left; if quorumlock was held up since taking the
+    lock, the command does not run (exit 79);
   - when the lock is lost, or less than --grace of validity is left unconfirmed,
     the group gets SIGTERM, then SIGKILL after --grace (exit 79);
   - a guardian process kills the group if quorumlock dies (even by SIGKILL) or
@@ -204,23 +212,9 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
         Ok(signals) => signals,
         Err(e) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {e}")),
     };
-    let lock = redlock.lock(args.key.as_str(), ttl);
-    tokio::pin!(lock);
-    let guard = loop {
-        tokio::select! {
-            result = &mut lock => match result {
-                Ok(guard) => break guard,
-                Err(e) => return lock_failed(args, &e),
-            },
-            signo = signals.next() => {
-                if signo == libc::SIGTSTP {
-                    // Nothing runs yet: stop as the default action would.
-                    stop_self();
-                    continue;
-                }
-                return fail(128 + signo as u8, format!("interrupted (signal {signo}) while waiting for lock {:?}", args.key));
-            }
-        }
+    let guard = match acquire(args, redlock, ttl, &mut signals).await {
+        Ok(guard) => guard,
+        Err(code) => return code,
     };
     if args.verbose {
         crate::say!(
@@ -283,6 +277,34 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
     }
     release(args, guard, ttl).await;
     ExitCode::from(code_of(status))
+}
+
+/// Waits for the lock; a signal ends the wait (SIGTSTP stops quorumlock
+/// until it is continued). On failure, says why and returns the exit status.
+async fn acquire(
+    args: &Args,
+    redlock: &Redlock,
+    ttl: Duration,
+    signals: &mut Signals,
+) -> Result<Guard, ExitCode> {
+    let lock = redlock.lock(args.key.as_str(), ttl);
+    tokio::pin!(lock);
+    loop {
+        tokio::select! {
+            result = &mut lock => return result.map_err(|e| lock_failed(args, &e)),
+            signo = signals.next() => {
+                if signo == libc::SIGTSTP {
+                    // Nothing runs yet: stop as the default action would.
+                    stop_self();
+                    continue;
+                }
+                return Err(fail(
+                    128 + signo as u8,
+                    format!("interrupted (signal {signo}) while waiting for lock {:?}", args.key),
+                ));
+            }
+        }
+    }
 }
 
 /// Starts the command under `guard`, with the guardian watching over it;
