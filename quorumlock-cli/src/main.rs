@@ -14,6 +14,7 @@ mod nodes;
 mod reap;
 mod run;
 mod say;
+mod start;
 mod status;
 mod supervise;
 mod tls;

@@ -13,7 +13,7 @@
 //!   another owner) can leave an overlap, of at most the grace period.
 //!
 //! The command starts only while the lock has more validity left than
-//! `--grace` and one renewal round (see [`start_deadline`]), checked by the
+//! `--grace` and one renewal round (see [`crate::start`]), checked by the
 //! command's process itself right before exec; when quorumlock was held up
 //! since taking the lock, the command does not run (exit 79).
 //!
@@ -42,17 +42,17 @@
 //! quorumlock is stopped.
 
 use std::ffi::OsString;
-use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
 use std::time::Duration;
 
 use quorumlock::{DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Error, Guard, LockOptions, Redlock};
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
 use crate::duration::{self, show};
-use crate::guardian::{self, Guardian};
-use crate::reap::{Reaper, stop_self};
+use crate::guardian;
+use crate::reap::stop_self;
+use crate::start;
 use crate::supervise::{self, Ending, Job, Signals};
 use crate::{Nodes, exit, fail};
 
@@ -61,10 +61,6 @@ use crate::{Nodes, exit, fail};
 /// enough that a stuck command does not hold the lock for long after a loss.
 /// With a ttl under 20 s, half the ttl is used instead.
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
-
-/// How long to wait for the guardian to exit after it was told to stand
-/// down; it exits at once, so this only bounds a guardian that hangs.
-const GUARDIAN_EXIT_WAIT: Duration = Duration::from_secs(1);
 
 const RUN_HELP: &str = "\
 Examples:
@@ -225,7 +221,8 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
             show(guard.remaining())
         );
     }
-    let (child, mut reaper, mut guardian) = match start(args, &guard, grace).await {
+    let (child, mut reaper, mut guardian) = match start::start(&args.key, &args.command, &guard, grace).await
+    {
         Ok(started) => started,
         Err(code) => {
             // The command never ran: give back what is left of the lock.
@@ -249,7 +246,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
     .supervise()
     .await;
     // The group is empty: nothing is left for the guardian to kill.
-    stand_down(&mut guardian, &mut reaper).await;
+    start::stand_down(&mut guardian, &mut reaper).await;
     // A guardian that killed the group may be reaped only after it.
     let termination = termination.or_else(|| {
         let status = reaper.status(guardian.pid())?;
@@ -304,112 +301,6 @@ async fn acquire(
                 ));
             }
         }
-    }
-}
-
-/// Starts the command under `guard`, with the guardian watching over it;
-/// on failure, says why and returns the exit status.
-///
-/// The command starts only before the start deadline ([`start_deadline`]);
-/// the last check is the child's own, right before exec (see
-/// [`supervise::spawn`]).
-async fn start(
-    args: &Args,
-    guard: &Guard,
-    grace: Duration,
-) -> Result<(std::process::Child, Reaper, Guardian), ExitCode> {
-    let start_by = start_deadline(guard, grace);
-    let too_late = || {
-        fail(
-            exit::LOST,
-            format!(
-                "lock {:?} had less than {} of validity left when the command was to start \
-                 (quorumlock was held up since taking it); the command did not run",
-                args.key,
-                show(guard.valid_until().saturating_duration_since(start_by))
-            ),
-        )
-    };
-    if Instant::now() >= start_by {
-        return Err(too_late());
-    }
-    let (mut reaper, mut guardian) = match start_guardian(guard) {
-        Ok(started) => started,
-        Err(e) => {
-            return Err(fail(
-                exit::INTERNAL,
-                format!("cannot start the guardian process: {e}"),
-            ));
-        }
-    };
-    let spawned = supervise::spawn(
-        &args.command,
-        &lock_env(guard),
-        guardian.fd(),
-        guardian::deadline_ns(start_by),
-    );
-    match spawned {
-        Ok(child) => Ok((child, reaper, guardian)),
-        Err(e) => {
-            stand_down(&mut guardian, &mut reaper).await;
-            if e.raw_os_error() == Some(supervise::TOO_LATE) {
-                return Err(too_late());
-            }
-            let program = args.command[0].to_string_lossy();
-            let code = match e.kind() {
-                io::ErrorKind::NotFound => exit::NOT_FOUND,
-                io::ErrorKind::PermissionDenied => exit::CANNOT_EXECUTE,
-                _ => exit::INTERNAL,
-            };
-            Err(fail(code, format!("cannot run {program}: {e}")))
-        }
-    }
-}
-
-/// The last instant at which the command may start: while the lock has more
-/// validity left than its first renewal needs (the library's rule, see
-/// [`Guard::start_deadline`]) and more than the grace period, below which
-/// the supervisor would terminate it at once as a lock about to be lost.
-fn start_deadline(guard: &Guard, grace: Duration) -> Instant {
-    let by_grace = guard
-        .valid_until()
-        .checked_sub(grace)
-        .unwrap_or_else(Instant::now);
-    guard.start_deadline().min(by_grace)
-}
-
-/// Starts reaping, then the guardian, and tells it the lock's deadline.
-fn start_guardian(guard: &Guard) -> io::Result<(Reaper, Guardian)> {
-    let mut reaper = Reaper::new()?;
-    let mut guardian = Guardian::spawn()?;
-    reaper.watch(guardian.pid());
-    // On failure the guardian is dropped with its pipe: it reads end of
-    // file, has no group to kill, and exits.
-    guardian.update(guard.valid_until())?;
-    Ok((reaper, guardian))
-}
-
-/// Tells the guardian to exit and waits (bounded) until it is reaped.
-async fn stand_down(guardian: &mut Guardian, reaper: &mut Reaper) {
-    // A guardian that is already gone cannot be told; it is reaped all the same.
-    let _ = guardian.stand_down();
-    let until = Instant::now() + GUARDIAN_EXIT_WAIT;
-    reaper.reap();
-    while reaper.status(guardian.pid()).is_none() {
-        tokio::select! {
-            () = reaper.changed() => {}
-            () = sleep_until(until) => return,
-        }
-    }
-}
-
-/// What the command learns of its lock, in its environment (see
-/// [`supervise::LockEnv`]).
-fn lock_env(guard: &Guard) -> supervise::LockEnv {
-    supervise::LockEnv {
-        key: guard.resources().join(","),
-        token: guard.token().to_owned(),
-        fence: guard.fence_token(),
     }
 }
 
