@@ -4,13 +4,15 @@
 //! own behind on any exit path. Through the built binary, against real
 //! redis-server nodes; process state comes from /proc.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quorumlock_testkit::{RedisServer, dbsize, get, leftovers, set_foreign, start_nodes, urls};
+
+mod support;
+
+use support::{EXIT_LIMIT, Running, Stat, all_processes, holds_within, live_members, stat};
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -35,9 +37,6 @@ const STOP_BOUND: Duration = Duration::from_secs(1);
 
 /// How soon quorumlock must exit after a signal that ends its wait.
 const PROMPT: Duration = Duration::from_secs(1);
-
-/// Bound for quorumlock to exit once its command has ended.
-const EXIT_LIMIT: Duration = Duration::from_secs(10);
 
 fn quorumlock(nodes: &[RedisServer], args: &[&str]) -> Command {
     let mut cmd = Command::new(BIN);
@@ -82,80 +81,6 @@ fn wait_for_file(path: &Path) -> String {
     }
 }
 
-/// Polls `condition` every 10 ms until it holds (true) or `limit` passed.
-fn holds_within(limit: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    while !condition() {
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    true
-}
-
-/// Sends signal `name` to `target` (a negative target is a process group).
-fn signal(target: i64, name: &str) {
-    let _ = Command::new("kill")
-        .args(["-s", name, "--", &target.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
-/// One process as /proc/PID/stat shows it.
-#[derive(Clone)]
-struct Stat {
-    pid: u32,
-    state: char,
-    ppid: u32,
-    pgrp: u32,
-}
-
-impl std::fmt::Debug for Stat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "pid {} state {} ppid {} pgrp {}",
-            self.pid, self.state, self.ppid, self.pgrp
-        )
-    }
-}
-
-fn stat(pid: u32) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name is in parentheses and may itself hold ") ".
-    let (_, rest) = text.rsplit_once(") ")?;
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    let pgrp = fields.next()?.parse().ok()?;
-    Some(Stat {
-        pid,
-        state,
-        ppid,
-        pgrp,
-    })
-}
-
-fn all_processes() -> Vec<Stat> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return Vec::new();
-    };
-    entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter_map(stat)
-        .collect()
-}
-
-/// The processes of group `pgid` that are alive (zombies have ended: they
-/// only wait to be reaped).
-fn live_members(pgid: u32) -> Vec<Stat> {
-    all_processes()
-        .into_iter()
-        .filter(|p| p.pgrp == pgid && !matches!(p.state, 'Z' | 'X'))
-        .collect()
-}
-
 /// Whether process `pid` catches signal `signo` (its handler is installed).
 fn catches(pid: u32, signo: u32) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
@@ -174,86 +99,6 @@ fn connected_clients(node: &RedisServer) -> u64 {
         .find_map(|l| l.strip_prefix("connected_clients:"))
         .and_then(|n| n.trim().parse().ok())
         .expect("connected_clients in INFO")
-}
-
-/// A running quorumlock. On drop (a failed assertion) it and the command's
-/// group are continued and killed, so that nothing outlives the test.
-struct Running {
-    child: Child,
-    group: Option<u32>,
-    stderr: Option<JoinHandle<String>>,
-    exited: bool,
-}
-
-impl Running {
-    fn spawn(mut cmd: Command) -> Running {
-        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn quorumlock");
-        let mut pipe = child.stderr.take().expect("piped stderr");
-        let stderr = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        });
-        Running {
-            child,
-            group: None,
-            stderr: Some(stderr),
-            exited: false,
-        }
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    fn signal(&self, name: &str) {
-        assert!(!self.exited, "quorumlock has exited");
-        signal(i64::from(self.pid()), name);
-    }
-
-    /// Waits for quorumlock to exit, at most `limit`.
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                self.exited = true;
-                return status;
-            }
-            assert!(
-                start.elapsed() < limit,
-                "quorumlock did not exit within {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    /// What quorumlock (and its guardian) wrote on stderr, once closed.
-    fn stderr(&mut self) -> String {
-        let Some(reader) = self.stderr.take() else {
-            return String::new();
-        };
-        if holds_within(EXIT_LIMIT, || reader.is_finished()) {
-            reader.join().unwrap_or_default()
-        } else {
-            "<stderr still open>".to_owned()
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if !self.exited {
-            signal(i64::from(self.pid()), "CONT");
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        if let Some(group) = self.group
-            && !live_members(group).is_empty()
-        {
-            signal(-i64::from(group), "KILL");
-            signal(-i64::from(group), "CONT");
-        }
-    }
 }
 
 /// SIGKILLs quorumlock while `template` runs (it writes its pid, the group

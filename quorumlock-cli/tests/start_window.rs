@@ -6,15 +6,18 @@
 //! `quorumlock_testkit::stall`), with a second holder taking the lapsed lock
 //! meanwhile.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use quorumlock_testkit::stall::{self, StallAt};
 use quorumlock_testkit::{RedisServer, start_nodes, urls};
+
+mod support;
+
+use support::Running;
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
 
@@ -82,64 +85,6 @@ fn within_limit(what: &str, mut condition: impl FnMut() -> bool) {
     }
 }
 
-/// A spawned quorumlock whose stderr is collected; killed if still running
-/// when dropped (a failed assertion), continued first if stopped.
-struct Running {
-    child: Child,
-    stderr: Option<JoinHandle<String>>,
-}
-
-impl Running {
-    fn spawn(mut cmd: Command) -> Running {
-        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("spawn quorumlock");
-        let mut pipe = child.stderr.take().expect("piped stderr");
-        let stderr = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = pipe.read_to_string(&mut text);
-            text
-        });
-        Running {
-            child,
-            stderr: Some(stderr),
-        }
-    }
-
-    fn wait(&mut self) -> (ExitStatus, String) {
-        let start = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                break status;
-            }
-            assert!(
-                start.elapsed() < LIMIT,
-                "quorumlock did not exit within {LIMIT:?}"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        };
-        let stderr = self.stderr.take().map(|h| h.join().unwrap_or_default());
-        (status, stderr.unwrap_or_default())
-    }
-
-    fn signal(&self, signo: libc::c_int) {
-        let pid = libc::pid_t::try_from(self.child.id()).expect("pid");
-        // SAFETY: kill(2) on our own child's pid; no memory is involved.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::kill(pid, signo);
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.signal(libc::SIGCONT);
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
 /// The pid of the child of `parent` that is stopped, if any.
 fn stopped_child(parent: u32) -> Option<u32> {
     let children = std::fs::read_to_string(format!("/proc/{parent}/task/{parent}/children")).ok()?;
@@ -163,7 +108,7 @@ fn stalled_run_never_starts_its_command(nodes: &[RedisServer], dir: &Path, at: S
     first.args(["sh", "-c", &marking(&first_started, &first_ended, 0.5)]);
     first.envs(stall::env(at));
     let mut first = Running::spawn(first);
-    let pid = first.child.id();
+    let pid = first.pid();
     within_limit("the first run stalls", || match at {
         StallAt::Fork => stall::is_stopped(pid),
         StallAt::Exec => stopped_child(pid).is_some(),
@@ -171,14 +116,16 @@ fn stalled_run_never_starts_its_command(nodes: &[RedisServer], dir: &Path, at: S
 
     let mut second = run(nodes, &["--key", &key, "--ttl", TTL, "--wait", SECOND_WAIT, "--"]);
     second.args(["sh", "-c", &marking(&second_started, &second_ended, 0.0)]);
-    let (status, stderr) = Running::spawn(second).wait();
-    assert!(status.success(), "second run: {status}: {stderr}");
+    let mut second = Running::spawn(second);
+    let status = second.wait(LIMIT);
+    assert!(status.success(), "second run: {status}: {}", second.stderr());
     if at == StallAt::Fork {
         // Continued only after the second holder ran.
-        first.signal(libc::SIGCONT);
+        first.signal("CONT");
     }
     // At Exec, the command's process stays stopped until the guardian kills it.
-    let (status, stderr) = first.wait();
+    let status = first.wait(LIMIT);
+    let stderr = first.stderr();
     assert_eq!(
         nanos(&first_started),
         None,
@@ -279,8 +226,9 @@ fn a_full_stderr_pipe_delays_neither_the_start_nor_the_renewals() {
         &["--key", "start:stderr", "--ttl", ttl, "--wait", SECOND_WAIT, "--"],
     );
     second.args(["sh", "-c", &marking(&second_started, &second_ended, 0.0)]);
-    let (status, stderr) = Running::spawn(second).wait();
-    assert!(status.success(), "second run: {status}: {stderr}");
+    let mut second = Running::spawn(second);
+    let status = second.wait(LIMIT);
+    assert!(status.success(), "second run: {status}: {}", second.stderr());
     let mut first_status = None;
     within_limit("the first run exits", || {
         first_status = first.try_wait().expect("try_wait");
