@@ -250,6 +250,26 @@ pub(crate) const KEEPALIVE_RETRIES: u32 = 3;
 /// look like stalls.
 pub(crate) const STALL_FLOOR: Duration = Duration::from_millis(250);
 
+/// Readings of a node's clock kept to estimate its rate (see
+/// `node::clock`). Renewal rounds bring one per node every ttl/3; eight
+/// cover more than two ttls of a renewed lock, and bound the work of an
+/// estimate (one pass over them).
+pub(crate) const RATE_SAMPLES: usize = 8;
+
+/// How far back a node's clock readings count, from the newest one. A rate
+/// measured over the last minute follows a clock that changed its speed;
+/// readings older than that describe a clock that may have been corrected
+/// since (an NTP slew, a VM migrated to another host).
+pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(60);
+
+/// The loosest error bound (relative) a pair of clock readings may have to
+/// count. Round trips that were slow next to the time between the readings
+/// say little about the rate; at 0.2 % the noise of a measurement stays
+/// well inside the 1 % drift allowance ([`DEFAULT_DRIFT_FACTOR`]), so a
+/// node with a correct clock never looks fast. Readings 333 ms apart (the
+/// renewals of a 1 s lock) qualify with round trips up to about 0.6 ms.
+pub(crate) const RATE_MAX_ERROR: f64 = 0.002;
+
 /// What "never" is for a wait or timeout of `Duration::MAX`: a century, far beyond any
 /// process's life, and small enough for every clock's `Instant`.
 pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);

@@ -167,6 +167,15 @@ pub enum NodeErrorKind {
         /// How long the node waited for them.
         timeout: Duration,
     },
+    /// The node's clock runs so fast against the client's (measured from
+    /// its `TIME` readings) that a key set there expires before the lock
+    /// could be of use: its grants and renewals do not count until its
+    /// clock is put right (it still gets every release).
+    ClockTooFast {
+        /// The highest rate the node's clock may be running at: seconds of
+        /// its clock per second of the client's.
+        rate: f64,
+    },
 }
 
 impl fmt::Display for NodeError {
@@ -183,6 +192,11 @@ impl fmt::Display for NodeError {
                 "{}: only {acked} of {required} required replicas acknowledged the write within {timeout:?}",
                 self.node
             ),
+            NodeErrorKind::ClockTooFast { rate } => write!(
+                f,
+                "{}: its clock runs up to {rate:.3} times as fast as the client's, too fast for a key there to last",
+                self.node
+            ),
         }
     }
 }
@@ -190,7 +204,9 @@ impl fmt::Display for NodeError {
 impl std::error::Error for NodeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.kind {
-            NodeErrorKind::Timeout(_) | NodeErrorKind::ReplicasMissing { .. } => None,
+            NodeErrorKind::Timeout(_)
+            | NodeErrorKind::ReplicasMissing { .. }
+            | NodeErrorKind::ClockTooFast { .. } => None,
             NodeErrorKind::Redis(e) => Some(e),
         }
     }

@@ -14,7 +14,7 @@ use super::resources::Resources;
 use super::shared::Shared;
 use super::state::Held;
 use super::waiter::queue::{self, Refusals};
-use crate::error::{Error, Result};
+use crate::error::{Error, NodeErrorKind, Result};
 use crate::options::LockOptions;
 use crate::quorum::{self, Tally, Until};
 use crate::random;
@@ -171,6 +171,7 @@ impl Attempt<'_> {
                 let (fence_floor, refusals) = (fence_floor.clone(), refusals.clone());
                 // Only a waiter's attempt sends more from the request itself.
                 let leaver = queue.map(|_| Arc::clone(quorum));
+                let too_fast = quorum.too_fast(i, self.ttl);
                 async move {
                     let reply = nodes[i].acquire(&request).await;
                     if let (Some(floor), Ok(Ok(acquired))) = (&fence_floor, &reply) {
@@ -185,7 +186,15 @@ impl Attempt<'_> {
                     {
                         Box::pin(queue::leave(quorum, entry, &[i], valid_until)).await;
                     }
-                    reply.map(|acked| acked.map(|acquired| acquired.granted))
+                    // A grant from a node whose clock runs too fast to keep
+                    // the key usefully long counts as that node's failure
+                    // (its key goes with the lock's release or its ttl).
+                    reply.map(|acked| {
+                        acked.and_then(|acquired| match too_fast {
+                            Some(rate) if acquired.granted => Err(NodeErrorKind::ClockTooFast { rate }),
+                            _ => Ok(acquired.granted),
+                        })
+                    })
                 }
             })
             .await;
@@ -203,13 +212,16 @@ impl Attempt<'_> {
     /// refused. Returns the held lock.
     async fn finish(&self, round: &Round, queue: Option<&QueueEntry>) -> Result<Held> {
         let (quorum, resources) = (&self.shared.quorum, self.resources);
-        let valid_until = self.valid_until();
+        // How long the granting nodes keep our keys: the ttl, or less when
+        // one of their clocks runs fast.
+        let life = quorum.life(self.ttl, &round.tally);
+        let valid_until = self.start + life.saturating_sub(self.drift);
         let fence = match &round.fence {
             Some((fence_keys, floor)) => Some(fence::propose(quorum, fence_keys, *floor, valid_until).await?),
             None => None,
         };
         let (ttl, elapsed, min) = (self.ttl, self.start.elapsed(), self.options.min_validity);
-        match quorum::validity(ttl, elapsed, self.drift) {
+        match quorum::validity(life, elapsed, self.drift) {
             Some(left) if left >= min => {
                 tracing::debug!(resources = ?resources.names(), granted = round.tally.ok, ?fence, ?elapsed, ?left, "lock acquired");
             }

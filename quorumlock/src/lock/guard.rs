@@ -270,9 +270,10 @@ impl Guard {
             });
         }
         let min = self.min_validity;
-        match crate::quorum::validity(ttl, elapsed, drift) {
+        let life = quorum.life(ttl, &tally);
+        match crate::quorum::validity(life, elapsed, drift) {
             Some(left) if left >= min => {
-                if !self.held.confirm(start, ttl, drift, tally.ok) {
+                if !self.held.confirm(start, ttl, life, drift, tally.ok) {
                     return Err(self.lost_error(tally.ok));
                 }
                 tracing::debug!(resources = ?self.resources(), ?left, "lock extended");

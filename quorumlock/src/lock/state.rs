@@ -83,7 +83,7 @@ impl Held {
                 ttl,
                 valid_until,
                 acquired_at: start,
-                renew_at: start + ttl / RENEW_DIVISOR,
+                renew_at: renewal_due(start, ttl, valid_until),
                 retrying: false,
                 renewals: 0,
                 confirmed,
@@ -208,18 +208,28 @@ impl Held {
     }
 
     /// Records a majority confirmation of a round that started at `start`
-    /// with `ttl`: the lock is ours until `start + ttl - drift`. Returns
+    /// with `ttl`: the lock is ours until `start + life - drift`, where
+    /// `life` is how long the confirming nodes keep the keys on our clock
+    /// (`ttl`, or less when a node's clock runs fast: `Quorum::life`). Returns
     /// `false` (and changes nothing) when the lock was already lost or its
     /// validity has passed: a lock is never resurrected, because a holder may
     /// already have acted on its loss.
-    pub(crate) fn confirm(&self, start: Instant, ttl: Duration, drift: Duration, confirmed: usize) -> bool {
+    pub(crate) fn confirm(
+        &self,
+        start: Instant,
+        ttl: Duration,
+        life: Duration,
+        drift: Duration,
+        confirmed: usize,
+    ) -> bool {
         let mut state = self.state();
         if self.is_lost() || state.valid_until <= Instant::now() {
             return false;
         }
+        let valid_until = start + life.saturating_sub(drift);
         state.ttl = ttl;
-        state.valid_until = start + ttl - drift;
-        state.renew_at = start + ttl / RENEW_DIVISOR;
+        state.valid_until = valid_until;
+        state.renew_at = renewal_due(start, ttl, valid_until);
         state.retrying = false;
         state.confirmed = confirmed;
         true
@@ -276,6 +286,14 @@ impl Held {
     pub(crate) fn count_renewal(&self) {
         self.state().renewals += 1;
     }
+}
+
+/// When a lock confirmed at `start` for `ttl` and valid until `valid_until`
+/// is renewed next: a third of the ttl later, or halfway to the end of its
+/// validity if that comes first (a node's fast clock shortened it), so that
+/// a renewal always has time to be confirmed before the validity ends.
+fn renewal_due(start: Instant, ttl: Duration, valid_until: Instant) -> Instant {
+    (start + ttl / RENEW_DIVISOR).min(start + valid_until.saturating_duration_since(start) / 2)
 }
 
 /// Every lock held by a guard of one client, so that a shutdown can
@@ -340,7 +358,13 @@ mod tests {
         assert!(held.mark_lost());
         assert!(!held.mark_lost(), "the signal fires once");
         let now = Instant::now();
-        assert!(!held.confirm(now, Duration::from_secs(10), Duration::ZERO, 3));
+        assert!(!held.confirm(
+            now,
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            Duration::ZERO,
+            3
+        ));
         assert!(!held.is_held());
     }
 

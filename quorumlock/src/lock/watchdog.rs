@@ -213,6 +213,7 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
             deadline,
             |i| {
                 let (nodes, calls) = (Arc::clone(&quorum.nodes), Arc::clone(&calls));
+                // Each round also reads the node's clock, for its rate.
                 async move { nodes[i].send_all(&calls).await }
             },
             |i, outcome| {
@@ -220,9 +221,12 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
                 // mode) fails for every lock of the batch.
                 match outcome.and_then(|acked| acked) {
                     Ok(statuses) => {
-                        for (tally, status) in tallies.iter_mut().zip(statuses.into_iter().flatten()) {
-                            if status.confirmed() {
-                                tally.ok += 1;
+                        let statuses = statuses.into_iter().flatten();
+                        for ((tally, item), status) in tallies.iter_mut().zip(items.iter()).zip(statuses) {
+                            // A node whose clock turned too fast for the
+                            // lock's ttl keeps it too briefly to count.
+                            if status.confirmed() && quorum.too_fast(i, item.ttl).is_none() {
+                                tally.confirm(i);
                             } else if status == RenewStatus::Foreign {
                                 tally.refuse(i);
                             }
@@ -251,7 +255,7 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
 /// A lock's outcome of one renewal round that started at `start`.
 fn apply(quorum: &Arc<Quorum>, held: &Arc<Held>, ttl: Duration, start: Instant, tally: &Tally) {
     if tally.reached() {
-        if held.confirm(start, ttl, quorum.drift(ttl), tally.ok) {
+        if held.confirm(start, ttl, quorum.life(ttl, tally), quorum.drift(ttl), tally.ok) {
             held.count_renewal();
             tracing::trace!(resources = ?held.resources.names(), confirmed = tally.ok, "lock renewed");
         } else {

@@ -1,5 +1,5 @@
 //! The node layer: one Redis node, its connection, the order of requests,
-//! batching, replica acknowledgement and pub/sub.
+//! batching, replica acknowledgement, pub/sub and the rate of its clock.
 //!
 //! It sends [`Request`]s and returns their typed replies; what a request
 //! means (a lock, a fence, a queue) is for the layers above. Timeouts are
@@ -9,6 +9,7 @@
 //! tells the connection nothing.
 
 mod batch;
+mod clock;
 mod conn;
 pub(crate) mod pubsub;
 mod replica;
@@ -18,13 +19,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Client, RedisResult, Value};
+use tokio::time::Instant;
 
 use self::batch::Batcher;
+use self::clock::ClockRate;
 use self::conn::Conn;
 pub(crate) use self::replica::Acked;
 pub use self::replica::ReplicaAck;
 use crate::tasks::Tasks;
 use crate::wire::batch::Op;
+use crate::wire::clock::Time;
 use crate::wire::lock::{Acquire, Acquired, Release};
 use crate::wire::{self, Request};
 
@@ -61,6 +65,8 @@ pub(crate) struct Node {
     batcher: Option<Arc<Batcher>>,
     /// Replica-acknowledged mode: `WAIT` after every lock write.
     replica_ack: Option<ReplicaAck>,
+    /// Readings of the node's clock, for its rate.
+    clock: ClockRate,
 }
 
 impl Node {
@@ -87,6 +93,7 @@ impl Node {
             conn: Arc::new(Conn::new(client, connect_timeout, wait)),
             batcher: batching.then(|| Arc::new(Batcher::new(tasks))),
             replica_ack,
+            clock: ClockRate::default(),
         }
     }
 
@@ -172,21 +179,37 @@ impl Node {
         Ok(self.send(release).await?.unwrap_or_default())
     }
 
+    /// The highest rate this node's clock can be running at against ours
+    /// (seconds of its clock per second of ours), by the readings taken so
+    /// far; `None` before two readings bound it.
+    pub(crate) fn clock_rate(&self) -> Option<f64> {
+        self.clock.fastest()
+    }
+
     /// Sends `requests` in request order as one pipeline (one round trip),
     /// followed by one `WAIT` in replica-acknowledged mode when they write
-    /// locks; a write the replicas did not acknowledge fails them all.
+    /// locks; a write the replicas did not acknowledge fails them all. The
+    /// pipeline starts with a reading of the node's clock (`TIME`), for the
+    /// estimate of its rate ([`Node::clock_rate`]): the watchdog's renewals
+    /// take one per node and round without a round trip of their own.
     pub(crate) async fn send_all<R: Request>(&self, requests: &[R]) -> RedisResult<Acked<Vec<R::Reply>>> {
         let ack = self
             .replica_ack
             .filter(|_| requests.iter().any(Request::writes_lock));
         let mut pipe = redis::pipe();
+        pipe.add_command(Time.command());
         for request in requests {
             pipe.add_command(request.command());
         }
         if let Some(ack) = &ack {
             pipe.add_command(ack.wait());
         }
-        let mut replies = self.conn.send_pipeline(pipe).await?;
+        let sent = Instant::now();
+        let mut replies = self.conn.send_pipeline(pipe).await?.into_iter();
+        let received = Instant::now();
+        let node_us = Time.parse(replies.next().ok_or_else(wire::wrong_reply_count)?)?;
+        self.clock.record(sent, received, node_us);
+        let mut replies: Vec<Value> = replies.collect();
         let acked = match &ack {
             Some(ack) => ack.check(replies.pop().ok_or_else(wire::wrong_reply_count)?),
             None => Ok(()),

@@ -183,7 +183,7 @@ where
     let mut tally = Tally::new(nodes.len());
     gather(nodes, tasks, deadline, finish_by, op, |i, outcome| {
         match outcome.and_then(Answer::answer) {
-            Ok(true) => tally.ok += 1,
+            Ok(true) => tally.confirm(i),
             Ok(false) => tally.refuse(i),
             Err(kind) => tally.fail(&nodes[i], kind),
         }

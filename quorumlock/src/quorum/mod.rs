@@ -125,6 +125,50 @@ impl Quorum {
         drift(ttl, self.drift_factor, self.drift_fixed)
     }
 
+    /// How long, on our clock, keys set (or reset) with `ttl` on the nodes
+    /// that confirmed in `granted` keep every other owner from a majority: until
+    /// `granted + majority - nodes` of them can have forgotten the keys.
+    /// A node whose clock runs at rate `r` forgets a key after `ttl / r`,
+    /// so with a bare majority the fastest granting clock decides; with
+    /// more grants than needed, the fastest ones may forget early without
+    /// harm. Rates within the drift allowance count as 1: the allowance
+    /// covers them. Without any fast node (the usual case) this is `ttl`,
+    /// reached without allocating.
+    pub(crate) fn life(&self, ttl: Duration, granted: &Tally) -> Duration {
+        if (0..self.len()).all(|i| self.rate(i) == 1.0) {
+            return ttl;
+        }
+        let rate = match granted.confirmed_by() {
+            Some(nodes) => {
+                let mut rates: Vec<f64> = nodes.map(|i| self.rate(i)).collect();
+                rates.sort_by(|a, b| b.total_cmp(a));
+                let forgetting = (rates.len() + self.majority()).saturating_sub(self.len()).max(1);
+                rates.get(forgetting - 1).copied().unwrap_or(1.0)
+            }
+            // Unrecorded grants: as if the fastest node were one of a bare majority.
+            None => (0..self.len()).map(|i| self.rate(i)).fold(1.0, f64::max),
+        };
+        ttl.div_f64(rate)
+    }
+
+    /// The measured rate of node `i`'s clock when it runs so fast that a key
+    /// set there for `ttl` would be forgotten before it could do any good
+    /// (within the drift allowance and one node timeout, the least validity
+    /// a ttl must leave): such a node's grant does not count.
+    pub(crate) fn too_fast(&self, i: usize, ttl: Duration) -> Option<f64> {
+        let rate = self.rate(i);
+        (rate > 1.0 && ttl.div_f64(rate) <= self.drift(ttl).saturating_add(self.node_timeout)).then_some(rate)
+    }
+
+    /// Node `i`'s clock rate as the validity counts it: its measured upper
+    /// bound above the drift allowance, 1 within it or while unknown.
+    fn rate(&self, i: usize) -> f64 {
+        match self.nodes[i].clock_rate() {
+            Some(rate) if rate > 1.0 + self.drift_factor => rate,
+            _ => 1.0,
+        }
+    }
+
     /// Checks that `requested` leaves room for the per-node timeout, the
     /// drift and `min_validity`, and returns it cut to whole milliseconds
     /// (the unit Redis stores, so the validity is computed from the ttl the

@@ -36,6 +36,9 @@ pub(crate) enum Until {
 pub(crate) struct Tally {
     /// Nodes that confirmed the operation.
     pub(crate) ok: usize,
+    /// Which nodes those were: bit `i` for node `i` (nodes from the 128th
+    /// on are not recorded; see [`Tally::confirmed_by`]).
+    ok_by: u128,
     /// Nodes that answered "no" (the key is someone else's, or gone).
     pub(crate) refused: usize,
     /// Which nodes those were (by index).
@@ -53,6 +56,21 @@ impl Tally {
             nodes,
             ..Tally::default()
         }
+    }
+
+    /// Node `node` confirmed.
+    pub(crate) fn confirm(&mut self, node: usize) {
+        self.ok += 1;
+        if let Some(bit) = 1u128.checked_shl(u32::try_from(node).unwrap_or(u32::MAX)) {
+            self.ok_by |= bit;
+        }
+    }
+
+    /// The nodes that confirmed, by index; `None` when one of them is beyond
+    /// what the tally records (a quorum of more than 128 nodes).
+    pub(crate) fn confirmed_by(&self) -> Option<impl Iterator<Item = usize> + '_> {
+        (self.ok == self.ok_by.count_ones() as usize)
+            .then(|| (0..128).filter(|i| self.ok_by & (1u128 << i) != 0))
     }
 
     /// Node `node` answered "no".

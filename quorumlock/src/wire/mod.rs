@@ -42,6 +42,7 @@
 //! [`ANNOUNCE_SCAN`](queue::ANNOUNCE_SCAN) entries per release.
 
 pub(crate) mod batch;
+pub(crate) mod clock;
 pub(crate) mod fence;
 pub(crate) mod idempotency;
 pub(crate) mod inspect;

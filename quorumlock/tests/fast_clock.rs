@@ -1,0 +1,150 @@
+//! A node whose clock runs fast forgets a lock early (Redis expires keys by
+//! its own wall clock). A client that has read that node's clock (its
+//! renewal rounds carry a `TIME`) trusts a lock the node granted only for as
+//! long as the node keeps it, and does not count a node too fast to keep a
+//! key usefully long. Real redis-server processes, one of them with the
+//! test kit's clock-skew shim.
+
+use std::time::Duration;
+
+use quorumlock::{Error, Guard, LockOptions, NodeErrorKind, Redlock};
+use quorumlock_testkit::{Persistence, RedisServer, SkewedClock, builder, eventually, get, set_foreign};
+use tokio::time::Instant;
+
+const TTL: Duration = Duration::from_millis(600);
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// Tries of the bare-majority scenario, each with its own outcome.
+const TRIES: usize = 50;
+
+/// Three nodes, the first with a clock running at `rate`.
+fn nodes(clock: &SkewedClock) -> Vec<RedisServer> {
+    vec![
+        RedisServer::start_skewed(clock, Persistence::None, &[]),
+        RedisServer::start(),
+        RedisServer::start(),
+    ]
+}
+
+fn client(nodes: &[RedisServer], options: LockOptions) -> Redlock {
+    builder(nodes)
+        .node_timeout(NODE_TIMEOUT)
+        .options(options)
+        .build()
+        .unwrap()
+}
+
+/// A lock the holder keeps renewed for the whole test on a resource of its
+/// own: its renewal rounds read every node's clock, as a client in use does.
+async fn keep_reading_clocks(holder: &Redlock) -> Guard {
+    holder
+        .with_options(LockOptions::new())
+        .unwrap()
+        .lock("clock:readings", Duration::from_millis(300))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_bare_majority_with_a_fast_node_is_trusted_only_while_that_node_keeps_the_key() {
+    let clock = SkewedClock::new(1.5, 0);
+    let nodes = nodes(&clock);
+    // The holder renews nothing on the tested resource: its validity alone
+    // must end before the fast node forgets the key.
+    let holder = client(&nodes, LockOptions::new().auto_renew(false).max_attempts(1));
+    let contender = client(&nodes, LockOptions::new().max_attempts(1));
+    let readings = keep_reading_clocks(&holder).await;
+    let resource = "clock:fast";
+    // Until the holder has measured the fast clock, its bare-majority locks
+    // last the full ttl: wait for it, through what the holder believes.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        set_foreign(&nodes[2], resource, "other", 10_000);
+        let guard = holder
+            .try_lock(resource, TTL)
+            .await
+            .unwrap()
+            .expect("the fast node and node 1");
+        let believed = guard.valid_until() - Instant::now();
+        guard.release().await.unwrap();
+        nodes[2].command(&["DEL", resource]).unwrap();
+        if believed < TTL.mul_f64(0.7) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the holder never saw the fast clock");
+    }
+    for i in 0..TRIES {
+        // Node 2 refuses the holder, so that it wins exactly {fast, node 1}.
+        set_foreign(&nodes[2], resource, "other", 10_000);
+        let guard = holder
+            .try_lock(resource, TTL)
+            .await
+            .unwrap()
+            .expect("the fast node and node 1");
+        nodes[2].command(&["DEL", resource]).unwrap();
+        // The contender gets in once the fast node forgot the holder's key.
+        let giving_up = Instant::now() + TTL + Duration::from_millis(500);
+        let taken = loop {
+            if let Some(second) = contender.try_lock(resource, TTL).await.unwrap() {
+                break (Instant::now(), second);
+            }
+            assert!(
+                Instant::now() < giving_up,
+                "try {i}: the contender never got the lock"
+            );
+        };
+        let (entered, second) = taken;
+        assert!(
+            entered >= guard.valid_until(),
+            "try {i}: the contender entered {:?} before the holder's validity ended",
+            guard.valid_until() - entered
+        );
+        second.release().await.unwrap();
+        // Lapsed: the release reports it, and still deletes what is left.
+        let _ = guard.release().await;
+        eventually(
+            "the nodes no longer hold the resource",
+            Duration::from_secs(2),
+            || nodes.iter().all(|node| get(node, resource).is_none()),
+        )
+        .await;
+    }
+    readings.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_node_too_fast_to_keep_a_key_does_not_count_and_says_so() {
+    let clock = SkewedClock::new(10.0, 0);
+    let nodes = nodes(&clock);
+    let redlock = client(&nodes, LockOptions::new().max_attempts(1));
+    let readings = keep_reading_clocks(&redlock).await;
+    let resource = "clock:too-fast";
+    set_foreign(&nodes[2], resource, "other", 60_000);
+    // At ten times our speed a 600 ms key lasts 60 ms, less than a node
+    // timeout: once measured, the node's grant is its error, and with node
+    // 2 taken no majority is left.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let errors = loop {
+        match redlock.lock(resource, TTL).await {
+            Ok(guard) => {
+                guard.release().await.unwrap();
+            }
+            Err(Error::Held { errors, .. }) => break errors,
+            other => panic!("{other:?}"),
+        }
+        assert!(Instant::now() < deadline, "the fast node's grants kept counting");
+    };
+    let rates: Vec<f64> = errors
+        .iter()
+        .filter_map(|e| match e.kind {
+            NodeErrorKind::ClockTooFast { rate } => Some(rate),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        matches!(rates[..], [rate] if rate >= 10.0 && rate < 10.1),
+        "{errors:?}"
+    );
+    assert!(errors[0].to_string().contains("times as fast"), "{}", errors[0]);
+    readings.release().await.unwrap();
+}
