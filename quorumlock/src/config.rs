@@ -251,10 +251,11 @@ pub(crate) const KEEPALIVE_RETRIES: u32 = 3;
 pub(crate) const STALL_FLOOR: Duration = Duration::from_millis(250);
 
 /// Readings of a node's clock kept to estimate its rate (see
-/// `node::clock`). Renewal rounds bring one per node every ttl/3; eight
-/// cover more than two ttls of a renewed lock, and bound the work of an
-/// estimate (one pass over them).
-pub(crate) const RATE_SAMPLES: usize = 8;
+/// `node::clock`). Readings come every 200 ms ([`RATE_READ_EVERY`]) or
+/// every renewal period; sixteen span seconds, a baseline long enough for
+/// round trips of several milliseconds on a loaded machine, and bound the
+/// work of an estimate (one pass over them per reading).
+pub(crate) const RATE_SAMPLES: usize = 16;
 
 /// How far back a node's clock readings count, from the newest one. A rate
 /// measured over the last minute follows a clock that changed its speed;
@@ -269,6 +270,15 @@ pub(crate) const RATE_WINDOW: Duration = Duration::from_secs(60);
 /// node with a correct clock never looks fast. Readings 333 ms apart (the
 /// renewals of a 1 s lock) qualify with round trips up to about 0.6 ms.
 pub(crate) const RATE_MAX_ERROR: f64 = 0.002;
+
+/// How often a client that takes locks reads each node's clock (`TIME`,
+/// in the background, off the acquisition's path) when no renewal round
+/// did so meanwhile. Readings 200 ms apart bound a rate to the 0.2 % of
+/// [`RATE_MAX_ERROR`] with round trips up to 0.4 ms, so a client knows a
+/// node's rate about half a second after it starts taking locks, and sees
+/// a clock change within 200 ms; five `TIME` calls a second per node and
+/// busy client cost the node next to nothing.
+pub(crate) const RATE_READ_EVERY: Duration = Duration::from_millis(200);
 
 /// What "never" is for a wait or timeout of `Duration::MAX`: a century, far beyond any
 /// process's life, and small enough for every clock's `Instant`.

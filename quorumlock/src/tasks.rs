@@ -35,16 +35,19 @@ pub(crate) enum Work {
     Batch,
     /// A node's pub/sub connection for wake-ups.
     Subscription,
+    /// A reading of a node's clock, for its rate.
+    ClockReading,
 }
 
 impl Work {
-    const ALL: [Work; 6] = [
+    const ALL: [Work; 7] = [
         Work::Replies,
         Work::Release,
         Work::Queue,
         Work::Renewal,
         Work::Batch,
         Work::Subscription,
+        Work::ClockReading,
     ];
 
     fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl Work {
             Work::Renewal => "renewal loop",
             Work::Batch => "request batches",
             Work::Subscription => "wake-up subscriptions",
+            Work::ClockReading => "clock readings",
         }
     }
 }

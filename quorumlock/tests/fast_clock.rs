@@ -142,7 +142,7 @@ async fn a_node_too_fast_to_keep_a_key_does_not_count_and_says_so() {
         })
         .collect();
     assert!(
-        matches!(rates[..], [rate] if rate >= 10.0 && rate < 10.1),
+        matches!(rates[..], [rate] if (10.0..10.1).contains(&rate)),
         "{errors:?}"
     );
     assert!(errors[0].to_string().contains("times as fast"), "{}", errors[0]);

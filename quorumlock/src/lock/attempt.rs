@@ -57,6 +57,9 @@ pub(crate) async fn attempt(
         armed: true,
     };
     let round = attempt.acquire_everywhere(queue).await;
+    // After the requests are on their way: keeps the nodes' clock rates
+    // known (see `Quorum::life`) without delaying this attempt.
+    shared.quorum.read_clocks();
     let failure = if round.tally.reached() {
         match attempt.finish(&round, queue).await {
             Ok(held) => {

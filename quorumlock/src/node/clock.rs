@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::config::{RATE_MAX_ERROR, RATE_SAMPLES, RATE_WINDOW};
+use crate::config::{RATE_MAX_ERROR, RATE_READ_EVERY, RATE_SAMPLES, RATE_WINDOW};
 
 /// `TIME`'s resolution, once for each reading of a pair, in microseconds.
 const TIME_RESOLUTION_US: f64 = 2.0;
@@ -44,16 +44,51 @@ struct Sample {
 }
 
 /// The recent readings of one node's clock, and the estimate they give.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct ClockRate {
     samples: Mutex<VecDeque<Sample>>,
-    /// [`ClockRate::fastest`] as of the last reading (`f64` bits; 0.0 while
-    /// unknown), so that reading the estimate on every acquisition costs an
-    /// atomic load, not a pass over the samples.
+    /// What [`ClockRate::claim_reading`] measures time from.
+    base: Instant,
+    /// When the next reading is due, in milliseconds since `base`.
+    next_reading_ms: AtomicU64,
+    /// [`ClockRate::fastest`] as of the last reading that bounded it (`f64`
+    /// bits; 0.0 while unknown), so that reading the estimate on every
+    /// acquisition costs an atomic load, not a pass over the samples.
     estimate: AtomicU64,
 }
 
+impl Default for ClockRate {
+    fn default() -> Self {
+        ClockRate {
+            samples: Mutex::default(),
+            base: Instant::now(),
+            next_reading_ms: AtomicU64::new(0),
+            estimate: AtomicU64::new(0),
+        }
+    }
+}
+
 impl ClockRate {
+    /// Whether a reading is due ([`RATE_READ_EVERY`] after the last one);
+    /// `true` for one caller only, who then takes it.
+    pub(crate) fn claim_reading(&self) -> bool {
+        let now = self.millis(Instant::now());
+        let due = self.next_reading_ms.load(Ordering::Relaxed);
+        now >= due
+            && self
+                .next_reading_ms
+                .compare_exchange(due, now + self.every_ms(), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    fn millis(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.base).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn every_ms(&self) -> u64 {
+        u64::try_from(RATE_READ_EVERY.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// Records a reading `node_us` of the node's clock, made by a round trip
     /// sent at `sent` whose reply came at `received`.
     pub(crate) fn record(&self, sent: Instant, received: Instant, node_us: u64) {
@@ -63,6 +98,9 @@ impl ClockRate {
             half_rtt,
             node_us,
         };
+        // A reading from a renewal round makes the next one due later.
+        self.next_reading_ms
+            .fetch_max(self.millis(received) + self.every_ms(), Ordering::Relaxed);
         let mut samples = self.samples.lock().unwrap_or_else(|e| e.into_inner());
         samples.push_back(sample);
         while samples.len() > RATE_SAMPLES
@@ -76,8 +114,12 @@ impl ClockRate {
             .iter()
             .filter_map(|older| upper_bound(older, &sample))
             .reduce(f64::max);
-        self.estimate
-            .store(fastest.unwrap_or(0.0).to_bits(), Ordering::Relaxed);
+        // Readings too loose to bound the rate (a loaded machine, a slow
+        // round trip) leave the last bound in place: a known rate, even a
+        // little old, is worth more than none.
+        if let Some(fastest) = fastest {
+            self.estimate.store(fastest.to_bits(), Ordering::Relaxed);
+        }
     }
 
     /// The highest rate the node's clock can be running at, by its
@@ -130,6 +172,17 @@ mod tests {
                 "rate {rate}: {fastest}"
             );
         }
+    }
+
+    #[test]
+    fn loose_readings_keep_the_last_bound() {
+        let clock = clock(1.5, Duration::from_millis(500), Duration::from_micros(200), 4);
+        let known = clock.fastest().expect("bounded");
+        let last = *clock.samples.lock().unwrap().back().unwrap();
+        // A reading 20 ms later with a 10 ms round trip bounds nothing new.
+        let sent = last.at + Duration::from_millis(20);
+        clock.record(sent, sent + Duration::from_millis(10), last.node_us + 30_000);
+        assert_eq!(clock.fastest(), Some(known));
     }
 
     #[test]

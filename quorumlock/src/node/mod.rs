@@ -186,6 +186,21 @@ impl Node {
         self.clock.fastest()
     }
 
+    /// Whether a reading of this node's clock is due: `true` for one caller,
+    /// who then makes it ([`Node::read_clock`]).
+    pub(crate) fn clock_reading_due(&self) -> bool {
+        self.clock.claim_reading()
+    }
+
+    /// Reads the node's clock (`TIME`) for the estimate of its rate.
+    pub(crate) async fn read_clock(&self) -> RedisResult<()> {
+        let sent = Instant::now();
+        let reply = self.conn.send(Time.command()).await?;
+        let received = Instant::now();
+        self.clock.record(sent, received, Time.parse(reply)?);
+        Ok(())
+    }
+
     /// Sends `requests` in request order as one pipeline (one round trip),
     /// followed by one `WAIT` in replica-acknowledged mode when they write
     /// locks; a write the replicas did not acknowledge fails them all. The

@@ -20,7 +20,7 @@ pub(crate) use self::tally::{Tally, Until, quorum};
 use crate::config::{FAR_FUTURE, MAX_TTL};
 use crate::error::{Error, NodeErrorKind, Result as LockResult};
 use crate::node::Node;
-use crate::tasks::Tasks;
+use crate::tasks::{Tasks, Work};
 use crate::wire::Request;
 
 /// The nodes of one client, the client's background work, and its timing
@@ -158,6 +158,25 @@ impl Quorum {
     pub(crate) fn too_fast(&self, i: usize, ttl: Duration) -> Option<f64> {
         let rate = self.rate(i);
         (rate > 1.0 && ttl.div_f64(rate) <= self.drift(ttl).saturating_add(self.node_timeout)).then_some(rate)
+    }
+
+    /// Reads, in the background, the clock of every node whose reading is
+    /// due (see [`crate::config::RATE_READ_EVERY`]): an acquisition calls it, so that a
+    /// client taking locks keeps every node's rate known even when it never
+    /// renews one. Costs an atomic load per node when nothing is due.
+    pub(crate) fn read_clocks(&self) {
+        for i in 0..self.len() {
+            if !self.nodes[i].clock_reading_due() {
+                continue;
+            }
+            let (nodes, deadline) = (Arc::clone(&self.nodes), self.deadline());
+            self.tasks.spawn_if_running(Work::ClockReading, async move {
+                let read = tokio::time::timeout_at(deadline, nodes[i].read_clock()).await;
+                if let Ok(Err(error)) = read {
+                    tracing::trace!(node = nodes[i].name(), %error, "clock reading failed");
+                }
+            });
+        }
     }
 
     /// Node `i`'s clock rate as the validity counts it: its measured upper
