@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Output, Stdio};
 
-use quorumlock_testkit::{Persistence, RedisServer, dbsize};
+use quorumlock_testkit::{Persistence, RedisServer, SkewedClock, dbsize};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
@@ -263,6 +263,7 @@ fn json_output_is_one_object_with_the_documented_fields() {
         assert_eq!(node["appendonly"], "yes");
         assert_eq!(node["appendfsync"], "always");
         assert!(node["clock_offset_ms"].is_f64() && node["clock_uncertainty_ms"].is_f64());
+        assert!(node["clock_rate"].is_f64() && node["clock_rate_error"].is_f64());
         assert!(node["missing_permissions"].as_array().unwrap().is_empty());
         assert!(node["keys"].as_array().unwrap().is_empty());
         assert!(node["findings"].as_array().unwrap().is_empty());
@@ -297,5 +298,32 @@ fn json_output_is_one_object_with_the_documented_fields() {
     assert!(
         global.contains(&"even_nodes") && global.contains(&"no_majority"),
         "{global:?}"
+    );
+}
+
+#[test]
+fn check_measures_each_nodes_clock_rate_and_warns_of_a_fast_one() {
+    let clock = SkewedClock::new(1.5, 0);
+    let nodes = [
+        RedisServer::start_skewed(&clock, Persistence::AofAlways, &[]),
+        RedisServer::start_with(Persistence::AofAlways, &[]),
+    ];
+    let report = parsed(&check(&quorumlock_testkit::urls(&nodes), &[]));
+    let rate = |i: usize| {
+        let node = &report["nodes"][i];
+        let (rate, error) = (node["clock_rate"].as_f64(), node["clock_rate_error"].as_f64());
+        (rate.expect("a rate"), error.expect("its error"), codes(node))
+    };
+    let (fast, error, findings) = rate(0);
+    assert!((fast - 1.5).abs() <= error + 0.01, "{fast} ±{error}");
+    assert!(
+        findings.contains(&("warning".into(), "clock_rate".into())),
+        "{findings:?}"
+    );
+    let (normal, error, findings) = rate(1);
+    assert!((normal - 1.0).abs() <= error + 0.005, "{normal} ±{error}");
+    assert!(
+        !findings.iter().any(|(_, code)| code == "clock_rate"),
+        "{findings:?}"
     );
 }

@@ -50,7 +50,8 @@ holds another type than a string (an error: other data uses the name).
   nodes         one object per node, in the order given:
     index (from 1), node (host:port/db, never a password), status,
     ping_ms, version, role, appendonly, appendfsync, clock_offset_ms,
-    clock_uncertainty_ms (null when unknown),
+    clock_uncertainty_ms, clock_rate (the node's clock speed against this
+    host's: 1.0 is the same), clock_rate_error (each null when unknown),
     missing_permissions (command names, e.g. [\"PUBLISH\"]),
     keys: [{key, state (\"absent\", \"held\", \"held_without_ttl\",
       \"wrong_type\", \"unknown\"), type, ttl_ms}],
@@ -121,6 +122,8 @@ struct Report {
     appendfsync: String,
     /// Node clock minus ours, in milliseconds, and its uncertainty (half the round trip).
     offset: Option<(f64, f64)>,
+    /// Node clock rate against ours (1.0: the same speed), and its uncertainty.
+    rate: Option<(f64, f64)>,
     run_id: String,
     /// Commands the node's user may not run, in the order found.
     missing: Vec<&'static str>,

@@ -66,6 +66,8 @@ pub(super) fn json(reports: &[Report], summary: &Summary) -> Value {
                 "appendfsync": text(&r.appendfsync),
                 "clock_offset_ms": r.offset.map(|(ms, _)| ms),
                 "clock_uncertainty_ms": r.offset.map(|(_, err)| err),
+                "clock_rate": r.rate.map(|(rate, _)| rate),
+                "clock_rate_error": r.rate.map(|(_, err)| err),
                 "missing_permissions": r.missing,
                 "keys": r.keys.iter().map(|k| json!({
                     "key": k.key,
@@ -125,6 +127,7 @@ fn table(reports: &[Report]) -> String {
         "appendonly",
         "appendfsync",
         "clock offset",
+        "clock rate",
         "status",
     ];
     let rows: Vec<Vec<String>> = reports
@@ -147,6 +150,8 @@ fn table(reports: &[Report]) -> String {
                 dash(&r.appendfsync),
                 r.offset
                     .map_or("-".into(), |(ms, err)| format!("{ms:+.1} ms ±{err:.1}")),
+                r.rate
+                    .map_or("-".into(), |(rate, err)| format!("{rate:.4}x ±{err:.4}")),
                 status,
             ]
         })
