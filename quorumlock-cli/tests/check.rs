@@ -80,7 +80,7 @@ fn check_names_exactly_the_command_a_user_lacks() {
         ("-mget", "MGET", true),
         ("-pexpire", "PEXPIRE", true),
         ("-pttl", "PTTL", true),
-        ("-time", "TIME", false),
+        ("-time", "TIME", true),
         ("-zadd", "ZADD", false),
         ("-zrem", "ZREM", false),
         ("-zpopmin", "ZPOPMIN", false),

@@ -30,8 +30,6 @@ enum Need {
     Lock,
     /// The hand-off to waiters; without it they poll.
     Handoff,
-    /// Fenced locks (opt-in).
-    Fencing,
     /// Replica-acknowledged locks (opt-in).
     ReplicaAck,
     /// The operator tools: `status` and `unlock`.
@@ -70,8 +68,8 @@ const COMMANDS: &[(&str, Need, &str)] = &[
     ),
     (
         "TIME",
-        Need::Fencing,
-        "fenced locks read the node's clock with it",
+        Need::Lock,
+        "renewals and fenced locks read the node's clock (and its rate) with it, and fail without it",
     ),
     ("ZADD", Need::Handoff, "waiters queue with it"),
     ("ZREM", Need::Handoff, "waiters leave their queue with it"),
@@ -190,7 +188,6 @@ pub(super) fn deny(report: &mut Report, command: &'static str, detail: &str) {
             Level::Warning,
             "waiters fall back to polling (a slower hand-off, more commands)",
         ),
-        Need::Fencing => (Level::Warning, "fenced locks cannot be taken on this node"),
         Need::ReplicaAck => (
             Level::Warning,
             "replica-acknowledged locks (ReplicaAck) cannot be used",

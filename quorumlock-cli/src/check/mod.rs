@@ -32,10 +32,10 @@ deleted again, and expiring by themselves within seconds) and a throwaway channe
 (quorumlock:wake:check-ID). A user needs the lock keys, quorumlock:* keys and
 the quorumlock:wake:* channels: ~yourkeys:* ~quorumlock:* &quorumlock:wake:*
 (Redis 7 gives a new ACL user no channels). Missing commands every lock needs
-(SCRIPT LOAD, EVALSHA, SET, GET, DEL, EXISTS, MGET, PEXPIRE, PTTL, and ZRANGE
-and ZREMRANGEBYRANK, which a release runs when waiters left its queue) are
-errors; missing hand-off commands (ZADD, ZREM, ZPOPMIN, PUBLISH, SUBSCRIBE, PING:
-waiters then poll), TIME (fenced locks), WAIT (replica acknowledgement), TYPE,
+(SCRIPT LOAD, EVALSHA, SET, GET, DEL, EXISTS, MGET, PEXPIRE, PTTL, TIME, which
+renewals send, and ZRANGE and ZREMRANGEBYRANK, which a release runs when waiters
+left its queue) are errors; missing hand-off commands (ZADD, ZREM, ZPOPMIN,
+PUBLISH, SUBSCRIBE, PING: waiters then poll), WAIT (replica acknowledgement), TYPE,
 ZCARD and UNLINK (status and unlock), INFO and CONFIG GET (this check's own
 view) are warnings.
 
