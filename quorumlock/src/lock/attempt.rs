@@ -59,7 +59,7 @@ pub(crate) async fn attempt(
     let round = attempt.acquire_everywhere(queue).await;
     // After the requests are on their way: keeps the nodes' clock rates
     // known (see `Quorum::life`) without delaying this attempt.
-    shared.quorum.read_clocks();
+    shared.quorum.read_clocks(&round.tally);
     let failure = if round.tally.reached() {
         match attempt.finish(&round, queue).await {
             Ok(held) => {

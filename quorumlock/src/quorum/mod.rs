@@ -160,12 +160,19 @@ impl Quorum {
         (rate > 1.0 && ttl.div_f64(rate) <= self.drift(ttl).saturating_add(self.node_timeout)).then_some(rate)
     }
 
-    /// Reads, in the background, the clock of every node whose reading is
-    /// due (see [`crate::config::RATE_READ_EVERY`]): an acquisition calls it, so that a
-    /// client taking locks keeps every node's rate known even when it never
-    /// renews one. Costs an atomic load per node when nothing is due.
-    pub(crate) fn read_clocks(&self) {
-        for i in 0..self.len() {
+    /// Reads, in the background, the clock of every node that answered in
+    /// `answered` and whose reading is due (see
+    /// [`crate::config::RATE_READ_EVERY`]): an acquisition calls it, so that
+    /// a client taking locks keeps the rates of the nodes that grant known
+    /// even when it never renews a lock. A node that failed is left alone (a
+    /// reading would only be one more connection attempt to a dead node, in
+    /// the way of the next request). Costs an atomic load per node when
+    /// nothing is due.
+    pub(crate) fn read_clocks(&self, answered: &Tally) {
+        let Some(confirmed) = answered.confirmed_by() else {
+            return;
+        };
+        for i in confirmed.chain(answered.refused_by.iter().copied()) {
             if !self.nodes[i].clock_reading_due() {
                 continue;
             }
