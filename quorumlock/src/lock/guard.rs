@@ -133,7 +133,10 @@ impl Guard {
     /// The instant until which the lock is guaranteed to be ours, on the
     /// monotonic clock: `start + ttl - drift` of the last confirmed round
     /// (acquire, renewal or extend), where `start` was taken before that
-    /// round's first request. After it, another owner may hold the lock.
+    /// round's first request; less when a node that confirmed it runs a
+    /// clock measured to be fast (`ttl / rate` then replaces `ttl`: that
+    /// node forgets the keys early). After it, another owner may hold the
+    /// lock.
     pub fn valid_until(&self) -> Instant {
         self.held.valid_until()
     }
