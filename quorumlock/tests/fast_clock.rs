@@ -45,6 +45,19 @@ async fn keep_reading_clocks(holder: &Redlock) -> Guard {
         .unwrap()
 }
 
+/// The lock on `resource` over exactly {fast node, node 1}: node 2 refuses
+/// it (another owner's key, deleted again right after).
+async fn bare_majority(holder: &Redlock, nodes: &[RedisServer], resource: &str) -> Guard {
+    set_foreign(&nodes[2], resource, "other", 10_000);
+    let guard = holder
+        .try_lock(resource, TTL)
+        .await
+        .unwrap()
+        .expect("the fast node and node 1");
+    nodes[2].command(&["DEL", resource]).unwrap();
+    guard
+}
+
 #[tokio::test]
 async fn a_bare_majority_with_a_fast_node_is_trusted_only_while_that_node_keeps_the_key() {
     let clock = SkewedClock::new(1.5, 0);
@@ -59,29 +72,16 @@ async fn a_bare_majority_with_a_fast_node_is_trusted_only_while_that_node_keeps_
     // last the full ttl: wait for it, through what the holder believes.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        set_foreign(&nodes[2], resource, "other", 10_000);
-        let guard = holder
-            .try_lock(resource, TTL)
-            .await
-            .unwrap()
-            .expect("the fast node and node 1");
+        let guard = bare_majority(&holder, &nodes, resource).await;
         let believed = guard.valid_until() - Instant::now();
         guard.release().await.unwrap();
-        nodes[2].command(&["DEL", resource]).unwrap();
         if believed < TTL.mul_f64(0.7) {
             break;
         }
         assert!(Instant::now() < deadline, "the holder never saw the fast clock");
     }
     for i in 0..TRIES {
-        // Node 2 refuses the holder, so that it wins exactly {fast, node 1}.
-        set_foreign(&nodes[2], resource, "other", 10_000);
-        let guard = holder
-            .try_lock(resource, TTL)
-            .await
-            .unwrap()
-            .expect("the fast node and node 1");
-        nodes[2].command(&["DEL", resource]).unwrap();
+        let guard = bare_majority(&holder, &nodes, resource).await;
         // The contender gets in once the fast node forgot the holder's key.
         let giving_up = Instant::now() + TTL + Duration::from_millis(500);
         let taken = loop {
