@@ -221,7 +221,9 @@ impl Held {
     /// (`ttl`, or less when a node's clock runs fast: `Quorum::life`). Returns
     /// `false` (and changes nothing) when the lock was already lost or its
     /// validity has passed: a lock is never resurrected, because a holder may
-    /// already have acted on its loss.
+    /// already have acted on its loss. Also `false` when the new validity
+    /// has passed already (a node of the majority turned out so fast that
+    /// its key may be gone): the caller then treats the lock as lost.
     pub(crate) fn confirm(
         &self,
         start: Instant,
@@ -230,11 +232,12 @@ impl Held {
         drift: Duration,
         confirmed: usize,
     ) -> bool {
+        let valid_until = start + life.saturating_sub(drift);
+        let now = Instant::now();
         let mut state = self.state();
-        if self.is_lost() || state.valid_until <= Instant::now() {
+        if self.is_lost() || state.valid_until <= now || valid_until <= now {
             return false;
         }
-        let valid_until = start + life.saturating_sub(drift);
         let shortened = valid_until < state.valid_until;
         state.ttl = ttl;
         state.valid_until = valid_until;
@@ -407,6 +410,14 @@ mod tests {
         let (fired, ()) = tokio::join!(lost, shorten);
         assert_eq!(fired, start + ttl / 2);
         assert!(held.is_lost());
+        // A renewal that finds the keys may be gone already is no renewal.
+        let fresh = self::held(ttl, &LockOptions::default());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!fresh.confirm(start, ttl, Duration::from_secs(1), Duration::ZERO, 2));
+        assert!(
+            fresh.is_held(),
+            "unchanged: the caller decides what the loss means"
+        );
     }
 
     #[test]
