@@ -17,8 +17,9 @@
 //! - `QUORUMLOCK_CHAOS_SOAK=1`: long schedules (ten to forty times the
 //!   fault cycles or fault time of the default run) with twice the
 //!   contenders and short holds (see `quorumlock_testkit::checker::SOAK_HOLD`),
-//!   for many acquisitions while faults are in force: about nine minutes for
-//!   the file on a 2-core machine, against about half a minute.
+//!   for many acquisitions while faults are in force: about eleven minutes
+//!   for the file on a 2-core machine (three and a half of them for the
+//!   fast-clock scenario), against about half a minute.
 
 use std::time::Duration;
 
