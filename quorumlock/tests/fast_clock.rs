@@ -8,7 +8,9 @@
 use std::time::Duration;
 
 use quorumlock::{Error, Guard, LockOptions, NodeErrorKind, Redlock};
-use quorumlock_testkit::{Persistence, RedisServer, SkewedClock, builder, eventually, get, set_foreign};
+use quorumlock_testkit::{
+    Persistence, RedisServer, SkewedClock, builder, calls, eventually, get, set_foreign, start_nodes,
+};
 use tokio::time::Instant;
 
 const TTL: Duration = Duration::from_millis(600);
@@ -160,4 +162,49 @@ async fn a_node_too_fast_to_keep_a_key_does_not_count_and_says_so() {
     );
     assert!(errors[0].to_string().contains("times as fast"), "{}", errors[0]);
     readings.release().await.unwrap();
+}
+
+/// How often a client that takes locks reads each node's clock
+/// (`RATE_READ_EVERY` in the library's config).
+const READ_EVERY: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn plain_acquisitions_send_no_clock_reading_of_their_own() {
+    let nodes = start_nodes(3);
+    let redlock = client(&nodes, LockOptions::new().auto_renew(false));
+    let before: Vec<u64> = nodes.iter().map(|node| calls(node, "time")).collect();
+    let sets_before: Vec<u64> = nodes.iter().map(|node| calls(node, "set")).collect();
+    let started = Instant::now();
+    let cycles = 300;
+    for i in 0..cycles {
+        let guard = redlock
+            .try_lock(format!("clock:plain:{i}").as_str(), TTL)
+            .await
+            .unwrap()
+            .expect("free");
+        guard.release().await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    // The readings run in the background: the first one is due at the first
+    // acquisition, the next ones at most every READ_EVERY after.
+    let most = 1 + (elapsed.as_millis() / READ_EVERY.as_millis()) as u64;
+    eventually(
+        "the first clock readings are done",
+        Duration::from_secs(2),
+        || {
+            nodes
+                .iter()
+                .zip(&before)
+                .all(|(node, before)| calls(node, "time") > *before)
+        },
+    )
+    .await;
+    for ((node, before), sets_before) in nodes.iter().zip(&before).zip(&sets_before) {
+        let (times, sets) = (calls(node, "time") - before, calls(node, "set") - sets_before);
+        assert_eq!(sets, cycles, "one SET per acquisition");
+        assert!(
+            times <= most,
+            "{times} TIME calls in {elapsed:?} for {cycles} acquisitions: at most {most}"
+        );
+    }
 }
