@@ -2,7 +2,7 @@
 //! fence, renew, release, notice a loss. Each function is one step of the
 //! library's code, named where it lives.
 
-use crate::config::{Config, FENCE_ROUNDS, Fencing, TIMEOUT, TTL};
+use crate::config::{Config, FENCE_ROUNDS, Fencing, ROGUE, RogueClock, TIMEOUT, TTL};
 use crate::state::{Nodes, Phase, Renewed, Reply, Request, Round, Sent, State, Write, bit, count};
 
 /// Every node of the configuration.
@@ -10,7 +10,30 @@ fn all(config: &Config) -> Nodes {
     ((1u16 << config.nodes) - 1) as Nodes
 }
 
+/// How long keys set at one instant on the nodes `granted` keep every other
+/// owner from a majority, as the client counts it (`Quorum::life`): until
+/// `granted + quorum - N` of them can have forgotten the keys. With one
+/// node beyond the allowance (in `rogue`, a set), that is the ttl less its
+/// lead when it granted and it alone can make the difference; the client
+/// knows its rate only when measured. Clocks within the allowance count as
+/// exact (the drift covers them).
+fn life(config: &Config, rogue: Nodes, granted: Nodes) -> u8 {
+    let forgetting = (count(granted) + config.quorum()).saturating_sub(config.nodes);
+    if config.rogue == RogueClock::Measured && granted & rogue != 0 && forgetting <= 1 {
+        TTL - ROGUE
+    } else {
+        TTL
+    }
+}
+
 impl State {
+    /// The nodes whose clock runs beyond the allowance.
+    fn rogue(&self) -> Nodes {
+        (0..self.nodes.len())
+            .filter(|&n| self.nodes[n].rogue)
+            .fold(0, |set, n| set | (1 << n))
+    }
+
     /// Sends `request` from `client` to every node in `to`, each on its own
     /// connection (a node that is down drops it when it arrives).
     ///
@@ -97,11 +120,11 @@ impl State {
         }
     }
 
-    /// The lock is taken with `valid_until = start + ttl - drift`
-    /// (`Attempt::valid_until`), if that is still ahead (`quorum::validity`
-    /// is positive); otherwise the attempt fails (`ValidityUsedUp`).
-    fn hold(&mut self, config: &Config, client: usize, token: u8, start: u8, fence: u8) {
-        let valid_until = start + TTL - config.drift;
+    /// The lock is taken with `valid_until = start + life - drift`
+    /// (`Attempt::finish`), if that is still ahead (`quorum::validity` is
+    /// positive); otherwise the attempt fails (`ValidityUsedUp`).
+    fn hold(&mut self, config: &Config, client: usize, token: u8, (start, life): (u8, u8), fence: u8) {
+        let valid_until = start + life - config.drift;
         if self.now >= valid_until {
             self.fail(config, client, token, all(config));
             return;
@@ -142,6 +165,7 @@ impl State {
         let Phase::Acquiring {
             token,
             start,
+            granted,
             floor,
             issued_before,
             ..
@@ -149,11 +173,12 @@ impl State {
         else {
             return;
         };
+        let life = life(config, self.rogue(), granted);
         match config.fencing {
-            Fencing::Off => self.hold(config, client, token, start, 0),
+            Fencing::Off => self.hold(config, client, token, (start, life), 0),
             Fencing::NaiveIncr => {
                 self.issue(floor, issued_before);
-                self.hold(config, client, token, start, floor);
+                self.hold(config, client, token, (start, life), floor);
             }
             Fencing::Majority => self.propose(config, client, token, start, floor + 1, 1, issued_before),
         }
@@ -292,7 +317,8 @@ impl State {
             if self.now < valid_until {
                 self.issue(value, issued_before);
             }
-            self.hold(config, client, token, start, value);
+            // Fenced configurations keep every clock within the allowance.
+            self.hold(config, client, token, (start, TTL), value);
         } else if count(rejected) > config.nodes - config.quorum() {
             if round < FENCE_ROUNDS && self.now < valid_until {
                 let next = value.max(highest) + 1;
@@ -306,7 +332,7 @@ impl State {
     /// A renewal round counts one node's status (`watchdog::renew` and
     /// `apply`).
     fn on_renew(&mut self, config: &Config, client: usize, node: usize, of: (u8, u8), status: Renewed) {
-        let now = self.now;
+        let (now, rogue) = (self.now, self.rogue());
         let Phase::Holding {
             token,
             valid_until,
@@ -327,9 +353,11 @@ impl State {
         let (token, round) = (*token, *r);
         if count(round.confirmed) >= config.renew_quorum() {
             // `Held::confirm`: only while the validity has not passed; the
-            // new validity runs from the round's start.
-            if now < *valid_until {
-                *valid_until = round.start + TTL - config.drift;
+            // new validity runs from the round's start, for as long as the
+            // confirming nodes keep the keys, and must still be ahead.
+            let renewed_until = round.start + life(config, rogue, round.confirmed) - config.drift;
+            if now < *valid_until && now < renewed_until {
+                *valid_until = renewed_until;
                 self.end_renewal(client);
                 self.ghost.renewed = true;
             } else {

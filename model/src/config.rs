@@ -26,6 +26,11 @@ pub const DRIFT: u8 = 1;
 /// allowance in the safe configurations: the largest rate error it covers.
 pub const FAST: u8 = 1;
 
+/// How much earlier than the ttl the rogue node expires a key, in ticks
+/// ([`RogueClock`]): a clock running at twice real speed, twice as far from
+/// the ttl as the drift allowance covers.
+pub const ROGUE: u8 = 2;
+
 /// The per-node timeout in ticks: how long an attempt, a fence proposal or
 /// a renewal round counts replies before deciding with what it has
 /// (`RedlockBuilder::node_timeout`, `DEFAULT_NODE_TIMEOUT`).
@@ -56,6 +61,22 @@ pub enum Persistence {
     /// Nothing survives and the node may come back a tick later: breaks
     /// mutual exclusion, a negative control.
     NoneImmediate,
+}
+
+/// A minority node whose clock runs beyond the drift allowance, and what
+/// the clients know of its rate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RogueClock {
+    /// Every clock within the allowance ([`Config::fast`]).
+    Off,
+    /// Node 0 expires keys [`ROGUE`] ticks early, from the start, and the
+    /// clients count every rate as 1: a client before its first clock
+    /// readings, or plain Redlock. A negative control.
+    Unmeasured,
+    /// The same node, and the clients know its rate (they have read its
+    /// clock before they contend): a lock lasts until the granting nodes
+    /// can have forgotten it (`Quorum::life` in `quorumlock/src/quorum/mod.rs`).
+    Measured,
 }
 
 /// How fencing tokens are made.
@@ -93,6 +114,9 @@ pub struct Config {
     /// How much earlier a fast node expires a key ([`FAST`]); every node is
     /// explored both fast and not.
     pub fast: u8,
+    /// A node whose clock runs beyond the allowance (checked with the plain
+    /// lock: the fenced path does not keep which nodes granted).
+    pub rogue: RogueClock,
     /// What survives a crash.
     pub persistence: Persistence,
     /// Node crashes allowed in a run.
@@ -147,6 +171,7 @@ impl Config {
             horizon: 8,
             drift: DRIFT,
             fast: 0,
+            rogue: RogueClock::Off,
             persistence: Persistence::Aof,
             crashes: 0,
             pauses: 0,
@@ -225,6 +250,18 @@ impl Config {
         }
     }
 
+    /// A node whose clock runs twice as fast, beyond the drift allowance,
+    /// whose rate the clients know; a lost message lets a holder take a bare
+    /// majority with it, and a renewal may confirm on one.
+    pub fn rogue_measured(nodes: usize) -> Config {
+        Config {
+            name: "a clock beyond the allowance, measured",
+            rogue: RogueClock::Measured,
+            losses: 1,
+            ..Config::base(nodes)
+        }
+    }
+
     /// The safe configurations CI checks exhaustively.
     pub fn all_safe(nodes: usize) -> Vec<Config> {
         vec![
@@ -235,6 +272,7 @@ impl Config {
             Config::delayed_restart(nodes),
             Config::late_requests(nodes),
             Config::fenced(nodes),
+            Config::rogue_measured(nodes),
         ]
     }
 
@@ -258,6 +296,17 @@ impl Config {
             drift: 0,
             fast: FAST,
             ..Config::base(nodes)
+        }
+    }
+
+    /// Negative control: the same node beyond the allowance, its rate not
+    /// measured: the lost message lets the holder take a bare majority with
+    /// it, which forgets the key before the validity ends.
+    pub fn rogue_unmeasured(nodes: usize) -> Config {
+        Config {
+            name: "a clock beyond the allowance, unmeasured",
+            rogue: RogueClock::Unmeasured,
+            ..Config::rogue_measured(nodes)
         }
     }
 

@@ -15,7 +15,8 @@
 //! Faults are actions the checker may take at any point: a message lost or
 //! held back any number of ticks (a slow network, a paused node or client),
 //! a node crash with or without persistence and its restart, and node
-//! clocks that run fast. The properties ([`model`]) are checked in every
+//! clocks that run fast: within the drift allowance, or (one node) beyond
+//! it, with the clients measuring its rate or not. The properties ([`model`]) are checked in every
 //! reachable state; the negative controls ([`Config`]'s other
 //! constructors) each break one rule and must produce a counterexample.
 //!
@@ -39,12 +40,13 @@ pub mod state;
 mod symmetry;
 pub mod trace;
 
-pub use config::{Config, Fencing, Persistence};
+pub use config::{Config, Fencing, Persistence, RogueClock};
 
 /// Each negative control with the property it must break.
 pub fn controls(nodes: usize) -> Vec<(Config, &'static str)> {
     vec![
         (Config::no_drift(nodes), MUTUAL_EXCLUSION),
+        (Config::rogue_unmeasured(nodes), MUTUAL_EXCLUSION),
         (Config::immediate_restart(nodes), MUTUAL_EXCLUSION),
         (Config::naive_fence(nodes), FENCING),
         (Config::blind_release(nodes), MUTUAL_EXCLUSION),

@@ -4,7 +4,7 @@
 
 use stateright::{Model, Property};
 
-use crate::config::Config;
+use crate::config::{Config, RogueClock};
 use crate::state::{Client, Ghost, Node, Phase, Request, State, bit};
 use crate::symmetry;
 
@@ -68,7 +68,7 @@ impl Protocol {
         State {
             now: 0,
             nodes: (0..config.nodes)
-                .map(|n| Node::new(fast & (1 << n) != 0))
+                .map(|n| Node::new(fast & (1 << n) != 0, n == 0 && config.rogue != RogueClock::Off))
                 .collect(),
             clients: vec![
                 Client {

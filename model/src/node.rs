@@ -1,12 +1,12 @@
 //! A node running one request: each arm is the script it stands for, run
 //! atomically as Redis runs a script.
 
-use crate::config::{Config, FENCE_SCALE, Fencing, Persistence, TTL};
+use crate::config::{Config, FENCE_SCALE, Fencing, Persistence, ROGUE, TTL};
 use crate::state::{Key, Node, Renewed, Reply, Request};
 
 impl Node {
-    /// A running node, empty; `fast` as the initial state chose.
-    pub fn new(fast: bool) -> Node {
+    /// A running node, empty; `fast` and `rogue` as the initial state chose.
+    pub fn new(fast: bool, rogue: bool) -> Node {
         Node {
             key: None,
             fence: 0,
@@ -14,12 +14,20 @@ impl Node {
             paused: false,
             down_since: 0,
             fast,
+            rogue,
         }
     }
 
     /// When a key set or extended at `now` expires on this node's clock.
     fn expiry(&self, config: &Config, now: u8) -> u8 {
-        now + TTL - if self.fast { config.fast } else { 0 }
+        now + TTL
+            - if self.rogue {
+                ROGUE
+            } else if self.fast {
+                config.fast
+            } else {
+                0
+            }
     }
 
     /// The node's fence floor: `max(stored fence, TIME in µs)`.

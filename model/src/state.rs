@@ -44,6 +44,9 @@ pub struct Node {
     pub down_since: u8,
     /// Its clock runs fast: it expires keys [`Config::fast`] ticks early.
     pub fast: bool,
+    /// Its clock runs beyond the allowance: it expires keys
+    /// [`crate::config::ROGUE`] ticks early ([`Config::rogue`]).
+    pub rogue: bool,
 }
 
 /// A request from a client to a node; each runs on the node as one script.

@@ -33,6 +33,17 @@ pub fn steps(model: &Protocol, path: &Path<State, Action>, property: &str) -> Ve
                 model.config.fast
             ));
         }
+        if let Some(n) = (0..first.nodes.len()).find(|&n| first.nodes[n].rogue) {
+            lines.push(format!(
+                "node {n} expires keys {} ticks early (a clock beyond the allowance, {})",
+                crate::config::ROGUE,
+                if model.config.rogue == crate::RogueClock::Measured {
+                    "measured"
+                } else {
+                    "unmeasured"
+                }
+            ));
+        }
     }
     for window in pairs.windows(2) {
         let ((before, Some(action)), (after, _)) = (&window[0], &window[1]) else {

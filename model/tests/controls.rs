@@ -26,6 +26,12 @@ fn zero_drift_allowance_with_fast_clocks_breaks_mutual_exclusion() {
 }
 
 #[test]
+fn a_bare_majority_with_an_unmeasured_fast_node_breaks_mutual_exclusion() {
+    let steps = breaks(Config::rogue_unmeasured(NODES), MUTUAL_EXCLUSION);
+    assert!(steps[0].contains("beyond the allowance, unmeasured"), "{steps:?}");
+}
+
+#[test]
 fn immediate_restart_without_persistence_breaks_mutual_exclusion() {
     let steps = breaks(Config::immediate_restart(NODES), MUTUAL_EXCLUSION);
     assert!(steps.iter().any(|s| s.contains("crashes")) && steps.iter().any(|s| s.contains("restarts")));

@@ -55,6 +55,11 @@ fn fencing_tokens_and_fenced_writes_with_a_node_restarted_empty() {
     holds(Config::fenced(NODES));
 }
 
+#[test]
+fn a_node_beyond_the_drift_allowance_whose_rate_the_clients_know() {
+    holds(Config::rogue_measured(NODES));
+}
+
 /// Exploring up to renaming of the nodes keeps counterexamples: the
 /// exhaustive mode finds the zero-drift overlap too.
 #[test]

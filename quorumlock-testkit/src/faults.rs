@@ -27,7 +27,24 @@ pub struct ClusterNode {
     /// Whether the node runs on the cluster's skewed clock.
     pub skewed: bool,
     paused: Option<Paused>,
+    /// The key another owner holds on the node (see [`Action::Occupy`]).
+    occupied: Option<String>,
 }
+
+/// The token of the owner that [`Action::Occupy`] stands for.
+const OTHER_OWNER: &str = "chaos:other-owner";
+
+/// How long the other owner's key lives if nothing vacates it: longer than
+/// any scenario, so that only [`Action::Vacate`] ends an occupation.
+const OCCUPY_TTL_MS: &str = "600000";
+
+/// How long [`Action::Occupy`] waits for a node that a contender holds to
+/// free the key: a hold and its release, with room for a loaded machine.
+const OCCUPY_LIMIT: Duration = Duration::from_secs(20);
+
+/// Deletes `KEYS[1]` only while it holds `ARGV[1]`.
+const DELETE_IF_OWNED: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// The nodes a scenario runs against, and the faults currently applied.
 #[derive(Debug)]
@@ -79,6 +96,7 @@ impl Cluster {
                 proxy: None,
                 skewed: false,
                 paused: None,
+                occupied: None,
             })
             .collect();
         Cluster {
@@ -128,6 +146,7 @@ impl Cluster {
             || self.nodes.iter().any(|n| {
                 !n.server.is_running()
                     || n.paused.is_some()
+                    || n.occupied.is_some()
                     || n.proxy
                         .as_ref()
                         .is_some_and(|p| p.fault() != Fault::None || !p.latency().is_zero())
@@ -182,7 +201,41 @@ impl Cluster {
             }),
             Action::ClockRate(rate) => self.clock().set_rate(*rate),
             Action::ClockJump(delta_ms) => self.clock().jump(*delta_ms),
+            Action::Occupy(nodes, key) => {
+                for &i in nodes {
+                    self.occupy(i, key);
+                }
+            }
+            Action::Vacate(nodes) => {
+                for &i in nodes {
+                    if let Some(key) = self.nodes[i].occupied.take() {
+                        self.nodes[i]
+                            .server
+                            .command(&["EVAL", DELETE_IF_OWNED, "1", &key, OTHER_OWNER])
+                            .expect("vacate");
+                    }
+                }
+            }
         }
+    }
+
+    /// Another owner takes `key` on node `i` as a client would (`SET NX`),
+    /// polling every millisecond while a contender holds it there.
+    fn occupy(&mut self, i: usize, key: &str) {
+        let since = std::time::Instant::now();
+        let server = &self.nodes[i].server;
+        while !server
+            .command(&["SET", key, OTHER_OWNER, "NX", "PX", OCCUPY_TTL_MS])
+            .expect("occupy")
+            .starts_with("+OK")
+        {
+            assert!(
+                since.elapsed() < OCCUPY_LIMIT,
+                "occupy: node {i} never freed {key}"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        self.nodes[i].occupied = Some(key.to_string());
     }
 
     /// Ends every fault except clock skew: resumes paused nodes, restarts
@@ -247,12 +300,21 @@ pub enum Action {
     ClockRate(f64),
     /// The skewed nodes' clock jumps by this many milliseconds.
     ClockJump(i64),
+    /// Another owner takes the key on these nodes, once each is free of the
+    /// contenders: they refuse every contender, so that a lock is granted
+    /// only by a bare majority of the others (with three nodes).
+    Occupy(Vec<usize>, String),
+    /// The other owner gives the key back on these nodes.
+    Vacate(Vec<usize>),
 }
 
 impl Action {
     /// Whether the action injects a fault (rather than ending one).
     pub fn is_fault(&self) -> bool {
-        !matches!(self, Action::Start(_) | Action::Resume(_) | Action::Heal(_))
+        !matches!(
+            self,
+            Action::Start(_) | Action::Resume(_) | Action::Heal(_) | Action::Vacate(_)
+        )
     }
 
     /// The kind of action, without its nodes or figures.
@@ -269,6 +331,8 @@ impl Action {
             Action::Heal(_) => "heal",
             Action::ClockRate(_) => "clock rate",
             Action::ClockJump(_) => "clock jump",
+            Action::Occupy(..) => "occupy",
+            Action::Vacate(_) => "vacate",
         }
     }
 }
@@ -288,6 +352,8 @@ impl fmt::Display for Action {
             Action::Heal(n) => write!(f, "heal {}", list(n)),
             Action::ClockRate(r) => write!(f, "clock rate {r}"),
             Action::ClockJump(ms) => write!(f, "clock jump {ms:+} ms"),
+            Action::Occupy(n, key) => write!(f, "occupy {key} on {}", list(n)),
+            Action::Vacate(n) => write!(f, "vacate {}", list(n)),
         }
     }
 }

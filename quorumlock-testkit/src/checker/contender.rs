@@ -60,6 +60,7 @@ pub(super) async fn contend(
     mut rng: StdRng,
 ) -> Stats {
     let mut stats = Stats::default();
+    warm_up(id, &redlock, &plan, &shared, &mut rng).await;
     while !shared.stop.is_cancelled() && plan.max_rounds.is_none_or(|max| stats.rounds < max) {
         stats.rounds += 1;
         let outcome = if with_lock {
@@ -106,6 +107,21 @@ pub(super) async fn contend(
         }
     }
     stats
+}
+
+/// Takes and releases a lock on a resource of the contender's own for
+/// `plan.warm_up`, pausing between attempts as when contending: the client
+/// is then in use, as a long-running process's is.
+async fn warm_up(id: usize, redlock: &Redlock, plan: &Plan, shared: &Shared, rng: &mut StdRng) {
+    let resource = format!("{}:warm-up:{id}", plan.resource);
+    let until = Instant::now() + plan.warm_up;
+    while Instant::now() < until && !shared.stop.is_cancelled() {
+        if let Ok(Some(guard)) = redlock.try_lock(resource.as_str(), plan.ttl).await {
+            // A failed release leaves a key of this resource only, to expire.
+            let _ = guard.release().await;
+        }
+        tokio::time::sleep(between(rng, plan.retry)).await;
+    }
 }
 
 /// Records a holding when dropped: at the end of the work, or when

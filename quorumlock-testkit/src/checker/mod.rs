@@ -147,6 +147,12 @@ pub enum Api {
     Mixed,
 }
 
+/// The resource the contenders contend for: a schedule that acts on the
+/// lock's key ([`Action::Occupy`]) names it.
+///
+/// [`Action::Occupy`]: crate::faults::Action::Occupy
+pub const RESOURCE: &str = "chaos:resource";
+
 /// A scenario: its contenders' settings and its seed.
 #[derive(Debug)]
 #[must_use]
@@ -175,6 +181,9 @@ struct Plan {
     /// Pause after each attempt (and after each hold), drawn from `[min, max]`.
     retry: (Duration, Duration),
     max_rounds: Option<usize>,
+    /// How long each contender uses its client on a resource of its own
+    /// before it contends.
+    warm_up: Duration,
 }
 
 impl Checker {
@@ -203,7 +212,7 @@ impl Checker {
             rng: StdRng::seed_from_u64(seed ^ stream),
             plan: Plan {
                 contenders: ci_or_soak(CI_CONTENDERS, SOAK_CONTENDERS),
-                resource: "chaos:resource".to_string(),
+                resource: RESOURCE.to_string(),
                 ttl: Duration::from_secs(1),
                 node_timeout: Duration::from_millis(150),
                 renewal: Renewal::Auto,
@@ -213,6 +222,7 @@ impl Checker {
                 step: ci_or_soak(CI_STEP, SOAK_STEP),
                 retry: ci_or_soak(CI_RETRY, SOAK_RETRY),
                 max_rounds: None,
+                warm_up: Duration::ZERO,
             },
             tail: Duration::from_millis(500),
         }
@@ -298,6 +308,16 @@ impl Checker {
     /// At most this many attempts per contender.
     pub fn max_rounds(mut self, rounds: usize) -> Checker {
         self.plan.max_rounds = Some(rounds);
+        self
+    }
+
+    /// Each contender first takes and releases a lock of its own for this
+    /// long (none by default), so that it contends with a client in use:
+    /// connected, and with every node's clock read (clock rates are
+    /// measured from readings taken while a client takes locks). A schedule
+    /// that needs clients in use waits as long before its faults.
+    pub fn warm_up(mut self, warm_up: Duration) -> Checker {
+        self.plan.warm_up = warm_up;
         self
     }
 

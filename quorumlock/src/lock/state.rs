@@ -34,6 +34,9 @@ pub(crate) struct Held {
     /// A renewal round of this lock was handed to every node (see
     /// [`Held::renewals_handed_over`]).
     renewal_handed_over: Notify,
+    /// A confirmation moved `valid_until` earlier (a granting node's clock
+    /// turned out fast): the local loss timer must wake for the new end.
+    validity_shortened: Notify,
     state: Mutex<State>,
 }
 
@@ -79,6 +82,7 @@ impl Held {
             lost: CancellationToken::new(),
             releasing: AtomicBool::new(false),
             renewal_handed_over: Notify::new(),
+            validity_shortened: Notify::new(),
             state: Mutex::new(State {
                 ttl,
                 valid_until,
@@ -127,12 +131,16 @@ impl Held {
     }
 
     /// Completes when the lock is lost: from the watchdog, or at the latest
-    /// from a local timer at `valid_until` (re-armed when a renewal moves it).
+    /// from a local timer at `valid_until` (re-armed when a renewal moves it,
+    /// and woken when one moves it earlier).
     pub(crate) async fn lost(&self) {
         loop {
+            // Before reading the end: a shortening after the read wakes us.
+            let shortened = self.validity_shortened.notified();
             let until = self.valid_until();
             tokio::select! {
                 () = self.lost.cancelled() => return,
+                () = shortened => {}
                 () = tokio::time::sleep_until(until) => {
                     if self.valid_until() <= Instant::now() {
                         self.mark_lost();
@@ -213,7 +221,9 @@ impl Held {
     /// (`ttl`, or less when a node's clock runs fast: `Quorum::life`). Returns
     /// `false` (and changes nothing) when the lock was already lost or its
     /// validity has passed: a lock is never resurrected, because a holder may
-    /// already have acted on its loss.
+    /// already have acted on its loss. Also `false` when the new validity
+    /// has passed already (a node of the majority turned out so fast that
+    /// its key may be gone): the caller then treats the lock as lost.
     pub(crate) fn confirm(
         &self,
         start: Instant,
@@ -222,16 +232,22 @@ impl Held {
         drift: Duration,
         confirmed: usize,
     ) -> bool {
+        let valid_until = start + life.saturating_sub(drift);
+        let now = Instant::now();
         let mut state = self.state();
-        if self.is_lost() || state.valid_until <= Instant::now() {
+        if self.is_lost() || state.valid_until <= now || valid_until <= now {
             return false;
         }
-        let valid_until = start + life.saturating_sub(drift);
+        let shortened = valid_until < state.valid_until;
         state.ttl = ttl;
         state.valid_until = valid_until;
         state.renew_at = renewal_due(start, ttl, valid_until);
         state.retrying = false;
         state.confirmed = confirmed;
+        drop(state);
+        if shortened {
+            self.validity_shortened.notify_waiters();
+        }
         true
     }
 
@@ -375,6 +391,33 @@ mod tests {
         held.lost().await;
         assert!(Instant::now() >= until);
         assert!(held.is_lost());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_confirmation_that_shortens_the_validity_fires_the_loss_at_the_new_end() {
+        let ttl = Duration::from_secs(10);
+        let held = held(ttl, &LockOptions::default());
+        let start = Instant::now();
+        let lost = async {
+            held.lost().await;
+            Instant::now()
+        };
+        let shorten = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            // A node of the majority runs 2x fast: the keys live 5 s.
+            assert!(held.confirm(start, ttl, ttl / 2, Duration::ZERO, 2));
+        };
+        let (fired, ()) = tokio::join!(lost, shorten);
+        assert_eq!(fired, start + ttl / 2);
+        assert!(held.is_lost());
+        // A renewal that finds the keys may be gone already is no renewal.
+        let fresh = self::held(ttl, &LockOptions::default());
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!fresh.confirm(start, ttl, Duration::from_secs(1), Duration::ZERO, 2));
+        assert!(
+            fresh.is_held(),
+            "unchanged: the caller decides what the loss means"
+        );
     }
 
     #[test]
