@@ -18,8 +18,9 @@ else
 fi
 
 # Library, CLI (with its demo), test kit, integration tests and the
-# README/rustdoc examples.
-cargo test --features quorumlock-cli/demo
+# README/rustdoc examples; every test binary runs, so that one failure does
+# not hide another.
+cargo test --no-fail-fast --features quorumlock-cli/demo
 # The protocol model: the safe configurations explored exhaustively and the
 # negative controls' counterexamples (release build: about a minute on 2 cores).
 cargo test --release -p quorumlock-model

@@ -128,13 +128,15 @@ async fn a_release_after_the_min_hold_deletes_the_keys() {
     let servers = start_nodes(3);
     let hold = Duration::from_millis(300);
     let redlock = with_min_hold(&servers, hold);
-    let start = Instant::now();
     let guard = redlock
         .try_lock(KEY, Duration::from_secs(20))
         .await
         .expect("healthy nodes")
         .expect("free resource");
-    sleep_until(start + hold).await;
+    // The min hold counts from the acquisition's start, which lies
+    // somewhere inside `try_lock`: only its return is surely after it.
+    let acquired = Instant::now();
+    sleep_until(acquired + hold).await;
     let report = guard.release().await.expect("release");
     assert_eq!(report.kept_until, None, "{report:?}");
     assert_eq!(report.kept, 0, "{report:?}");
