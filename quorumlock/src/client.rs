@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::lock::attempt::attempt;
 use crate::lock::guard::Guard;
+use crate::lock::kind::Kind;
 use crate::lock::resources::Resources;
 use crate::lock::shared::Shared;
 use crate::lock::waiter;
@@ -119,7 +120,8 @@ impl Redlock {
     /// [`Redlock::shutdown`] waits for), so it leaves no key of ours.
     pub async fn try_lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Option<Guard>> {
         let resources = resources.into().validated()?;
-        match attempt(&self.shared, &self.options, &resources, ttl, None).await {
+        let kind = Kind::new(self.options.fenced, None);
+        match attempt(&self.shared, &self.options, &resources, ttl, kind).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Held { .. }) => Ok(None),
             Err(e) => Err(e),

@@ -293,9 +293,9 @@ impl Idempotency {
         T: Into<Vec<u8>>,
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        let (ttl, drift) = self.check(key, ttl)?;
+        let ttl = self.check(key, ttl)?;
         let keys: Arc<[String]> = Arc::new([key.to_owned()]);
-        let owner = match self.claim_or_wait(&keys, ttl, drift).await? {
+        let owner = match self.claim_or_wait(&keys, ttl).await? {
             Claim::Owned(owner) => owner,
             Claim::Done(output) => return Ok(output),
             Claim::Failed(message) => return Err(Error::CachedFailure { message }),
@@ -343,9 +343,8 @@ impl Idempotency {
             .map_err(|_| Error::Config(format!("the result stored under {key:?} is not UTF-8 text")))
     }
 
-    /// Validates the input; returns the ttl in whole milliseconds and its
-    /// drift allowance.
-    fn check(&self, key: &str, ttl: Duration) -> Result<(Duration, Duration)> {
+    /// Validates the input; returns the ttl in whole milliseconds.
+    fn check(&self, key: &str, ttl: Duration) -> Result<Duration> {
         if key.is_empty() {
             return Err(Error::Config("empty idempotency key".into()));
         }

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use super::Idempotency;
 use crate::error::{Error, Result};
-use crate::lock::release::release_all;
+use crate::lock::release::{Deadlines, release_all};
 use crate::quorum::{self, Tally, Until};
 use crate::random;
 use crate::wire::idempotency::{self as wire_idempotency, Claim as ClaimRequest, Record, Store};
@@ -18,17 +18,12 @@ use crate::wire::millis;
 impl Idempotency {
     /// Claims the key, polling while another caller holds it, until the
     /// wait runs out.
-    pub(super) async fn claim_or_wait(
-        &self,
-        keys: &Arc<[String]>,
-        ttl: Duration,
-        drift: Duration,
-    ) -> Result<Claim> {
+    pub(super) async fn claim_or_wait(&self, keys: &Arc<[String]>, ttl: Duration) -> Result<Claim> {
         let deadline = quorum::deadline_after(self.wait);
         let cap = self.redlock.options.retry_delay.max(Duration::from_millis(1));
         let mut delay = cap / 8;
         loop {
-            let error = match self.claim(keys, ttl, drift).await {
+            let error = match self.claim(keys, ttl).await {
                 Err(
                     e @ (Error::InProgress { .. } | Error::Unreachable { .. } | Error::ValidityUsedUp { .. }),
                 ) => e,
@@ -45,17 +40,75 @@ impl Idempotency {
     }
 
     /// One claim round on every node (see the module docs, step 1).
-    async fn claim(&self, keys: &Arc<[String]>, ttl: Duration, drift: Duration) -> Result<Claim> {
-        let quorum = &self.redlock.shared.quorum;
+    async fn claim(&self, keys: &Arc<[String]>, ttl: Duration) -> Result<Claim> {
         let marker = wire_idempotency::marker(&random::token());
+        let start = Instant::now();
+        let (tally, found) = self.claim_everywhere(keys, &marker, ttl).await;
+        // Not ours after all? Then take back the markers we set. When every
+        // node answered without setting one, there is nothing to take back.
+        let set_any = tally.ok > 0 || !tally.errors.is_empty();
+        let outcome = match Found::read(found) {
+            Found {
+                done: Some(output), ..
+            } => Ok(Claim::Done(output)),
+            Found {
+                failed: Some(message),
+                ..
+            } => Ok(Claim::Failed(message)),
+            Found { foreign: true, .. } => Err(Error::Config(format!(
+                "key {:?} holds a value that idempotency keys did not write (is it also a lock \
+                 resource or other data? give idempotency keys their own prefix)",
+                keys[0]
+            ))),
+            _ if tally.reached() => {
+                let lease = self.redlock.shared.quorum.lease(start, ttl, &tally);
+                match lease.left(self.redlock.options.min_validity) {
+                    Ok(left) => {
+                        tracing::debug!(
+                            key = keys[0],
+                            claimed = tally.ok,
+                            ?left,
+                            "idempotency key claimed"
+                        );
+                        return Ok(Claim::Owned(Owner {
+                            keys: Arc::clone(keys),
+                            marker,
+                            ttl,
+                            valid_until: lease.valid_until(),
+                        }));
+                    }
+                    Err(error) => Err(error),
+                }
+            }
+            _ if tally.refused_by_majority() => Err(Error::InProgress {
+                pending: tally.refused,
+                nodes: tally.nodes,
+            }),
+            _ => Err(tally.unreachable()),
+        };
+        if set_any {
+            self.release(keys, &marker, ttl).await;
+        }
+        outcome
+    }
+
+    /// Sends the claim of `marker` to every node and waits for every answer
+    /// up to the node timeout; returns the count and, per node, the value it
+    /// found in place of setting ours.
+    async fn claim_everywhere(
+        &self,
+        keys: &Arc<[String]>,
+        marker: &Arc<str>,
+        ttl: Duration,
+    ) -> (Tally, Vec<Option<Vec<u8>>>) {
+        let quorum = &self.redlock.shared.quorum;
         let found: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::new(Mutex::new(vec![None; quorum.len()]));
         let request = Arc::new(ClaimRequest {
             key: Arc::clone(keys),
-            marker: Arc::clone(&marker),
+            marker: Arc::clone(marker),
             ttl_ms: millis(ttl),
         });
-        let start = Instant::now();
-        let deadline = start + quorum.node_timeout;
+        let deadline = quorum.deadline();
         let tally = quorum
             .fan_out(deadline, deadline, Until::All, |i| {
                 let (nodes, request, found) = (
@@ -74,69 +127,8 @@ impl Idempotency {
                 }
             })
             .await;
-        let elapsed = start.elapsed();
-        // Not ours after all? Then take back the markers we set. When every
-        // node answered without setting one, there is nothing to take back.
-        let set_any = tally.ok > 0 || !tally.errors.is_empty();
         let found = std::mem::take(&mut *found.lock().unwrap_or_else(PoisonError::into_inner));
-
-        let (mut done, mut failed, mut foreign) = (None, None, false);
-        for value in found.into_iter().flatten() {
-            match Record::read(&value) {
-                Record::Done(output) => {
-                    done.get_or_insert_with(|| output.to_vec());
-                }
-                Record::Failed(message) => {
-                    failed.get_or_insert_with(|| String::from_utf8_lossy(message).into_owned());
-                }
-                Record::Foreign => foreign = true,
-                Record::Pending => {}
-            }
-        }
-        let outcome = if let Some(output) = done {
-            Ok(Claim::Done(output))
-        } else if let Some(message) = failed {
-            Ok(Claim::Failed(message))
-        } else if foreign {
-            Err(Error::Config(format!(
-                "key {:?} holds a value that idempotency keys did not write (is it also a lock \
-                 resource or other data? give idempotency keys their own prefix)",
-                keys[0]
-            )))
-        } else if tally.reached() {
-            match quorum::validity(ttl, elapsed, drift) {
-                Some(left) if left >= self.redlock.options.min_validity => {
-                    tracing::debug!(
-                        key = keys[0],
-                        claimed = tally.ok,
-                        ?elapsed,
-                        "idempotency key claimed"
-                    );
-                    return Ok(Claim::Owned(Owner {
-                        keys: Arc::clone(keys),
-                        marker,
-                        ttl,
-                        valid_until: start + ttl - drift,
-                    }));
-                }
-                _ => Err(Error::ValidityUsedUp {
-                    elapsed,
-                    ttl,
-                    min: self.redlock.options.min_validity,
-                }),
-            }
-        } else if tally.refused_by_majority() {
-            Err(Error::InProgress {
-                pending: tally.refused,
-                nodes: tally.nodes,
-            })
-        } else {
-            Err(tally.unreachable())
-        };
-        if set_any {
-            self.release(keys, &marker, ttl).await;
-        }
-        outcome
+        (tally, found)
     }
 
     /// Stores a successful result (step 3) and reports how far it got.
@@ -198,15 +190,11 @@ impl Idempotency {
         let quorum = &self.redlock.shared.quorum;
         let now = Instant::now();
         let release = Release::new(Arc::clone(keys), Arc::clone(marker));
-        release_all(
-            quorum,
-            release,
-            now + quorum.node_timeout,
-            now + ttl,
-            Until::All,
-            &[],
-        )
-        .await
+        let deadlines = Deadlines {
+            answer_by: now + quorum.node_timeout,
+            finish_by: now + ttl,
+        };
+        release_all(quorum, release, deadlines, Until::All, &[]).await
     }
 }
 
@@ -220,6 +208,37 @@ pub(super) enum Claim {
     Failed(String),
 }
 
+/// What the nodes that did not take our marker held instead: the first
+/// result of each kind.
+#[derive(Default)]
+struct Found {
+    done: Option<Vec<u8>>,
+    failed: Option<String>,
+    /// A value that idempotency keys did not write.
+    foreign: bool,
+}
+
+impl Found {
+    fn read(values: Vec<Option<Vec<u8>>>) -> Found {
+        let mut found = Found::default();
+        for value in values.into_iter().flatten() {
+            match Record::read(&value) {
+                Record::Done(output) => {
+                    found.done.get_or_insert_with(|| output.to_vec());
+                }
+                Record::Failed(message) => {
+                    found
+                        .failed
+                        .get_or_insert_with(|| String::from_utf8_lossy(message).into_owned());
+                }
+                Record::Foreign => found.foreign = true,
+                Record::Pending => {}
+            }
+        }
+        found
+    }
+}
+
 /// The key while our marker holds it.
 pub(super) struct Owner {
     /// The key, as the one-element list the node layer takes.
@@ -228,6 +247,6 @@ pub(super) struct Owner {
     pub(super) marker: Arc<str>,
     /// The marker's ttl.
     pub(super) ttl: Duration,
-    /// Until when the marker is ours for sure (`start + ttl - drift`).
+    /// Until when the marker is ours for sure (the claim's lease).
     pub(super) valid_until: Instant,
 }

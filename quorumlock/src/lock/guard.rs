@@ -244,7 +244,7 @@ impl Guard {
     ///   [`Redlock::try_lock`](crate::Redlock::try_lock)).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
         let quorum = &self.shared.quorum;
-        let (ttl, drift) = quorum.check_ttl(ttl, self.min_validity)?;
+        let ttl = quorum.check_ttl(ttl, self.min_validity)?;
         if self.shared.is_closed() {
             return Err(Error::Closed);
         }
@@ -263,7 +263,6 @@ impl Guard {
         let tally = quorum
             .ask(&extend, deadline, deadline, Until::Decided, |extended| *extended)
             .await;
-        let elapsed = start.elapsed();
         if !tally.reached() {
             tracing::debug!(resources = ?self.resources(), ?tally, "extend failed");
             return Err(if tally.refused_by_majority() {
@@ -272,18 +271,13 @@ impl Guard {
                 tally.unreachable()
             });
         }
-        let min = self.min_validity;
-        let life = quorum.life(ttl, &tally);
-        match crate::quorum::validity(life, elapsed, drift) {
-            Some(left) if left >= min => {
-                if !self.held.confirm(start, ttl, life, drift, tally.ok) {
-                    return Err(self.lost_error(tally.ok));
-                }
-                tracing::debug!(resources = ?self.resources(), ?left, "lock extended");
-                Ok(())
-            }
-            _ => Err(Error::ValidityUsedUp { elapsed, ttl, min }),
+        let lease = quorum.lease(start, ttl, &tally);
+        let left = lease.left(self.min_validity)?;
+        if !self.held.confirm(&lease, tally.ok) {
+            return Err(self.lost_error(tally.ok));
         }
+        tracing::debug!(resources = ?self.resources(), ?left, "lock extended");
+        Ok(())
     }
 
     /// Stops renewal and deletes the lock's keys on every node,

@@ -7,7 +7,10 @@
 //!   hand-off queues;
 //! - [`guard`]: the holder's handle; [`watchdog`]: the renewal of every held
 //!   lock; [`release`]: giving a lock back; [`fence`]: fencing tokens;
-//! - [`shared`]: what all locks of one client share.
+//! - [`kind`]: what an attempt does besides taking the keys (fenced,
+//!   queued), chosen once;
+//! - [`registry`]: locks by id; [`shared`]: what all locks of one client
+//!   share.
 //!
 //! It speaks to the nodes only through the quorum layer, with requests of
 //! the wire layer.
@@ -15,6 +18,8 @@
 pub(crate) mod attempt;
 pub(crate) mod fence;
 pub(crate) mod guard;
+pub(crate) mod kind;
+pub(crate) mod registry;
 pub(crate) mod release;
 pub(crate) mod resources;
 pub(crate) mod shared;

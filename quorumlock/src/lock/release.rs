@@ -12,7 +12,18 @@ use crate::quorum::{Quorum, Tally, Until};
 use crate::tasks::Work;
 use crate::wire::lock::{Extend, Release};
 
-/// Sends `release` to every node, waiting for answers until `deadline` or
+/// How long a release's fan-out waits for answers, and how long the
+/// requests of nodes that have not answered by then are still driven.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Deadlines {
+    /// Answers count until then.
+    pub(crate) answer_by: Instant,
+    /// Requests still pending go on in the background until then (never
+    /// before `answer_by`).
+    pub(crate) finish_by: Instant,
+}
+
+/// Sends `release` to every node, waiting for answers until `answer_by` or
 /// the point `until` names. `ok` counts nodes where our token was deleted,
 /// `refused` nodes where it was already gone.
 ///
@@ -24,15 +35,14 @@ use crate::wire::lock::{Extend, Release};
 pub(crate) async fn release_all(
     quorum: &Quorum,
     release: Release,
-    deadline: Instant,
-    finish_by: Instant,
+    deadlines: Deadlines,
     until: Until,
     skip: &[usize],
 ) -> Tally {
     let release = Arc::new(release);
-    let finish_by = deadline.max(finish_by);
+    let Deadlines { answer_by, finish_by } = deadlines;
     quorum
-        .fan_out(deadline, finish_by, until, |i| {
+        .fan_out(answer_by, answer_by.max(finish_by), until, |i| {
             let (nodes, release) = (Arc::clone(&quorum.nodes), Arc::clone(&release));
             let skipped = skip.contains(&i);
             async move {
@@ -52,9 +62,11 @@ pub(crate) async fn release_all(
 /// wait for a renewal round in progress must not use up the nodes' time.
 pub(crate) async fn release_held(quorum: &Quorum, held: &Held, by: Option<Instant>, until: Until) -> Tally {
     wait_for_renewals(quorum, held).await;
-    let deadline = by.unwrap_or_else(|| quorum.deadline());
-    let finish_by = Instant::now() + held.ttl();
-    release_all(quorum, held.release(), deadline, finish_by, until, &[]).await
+    let deadlines = Deadlines {
+        answer_by: by.unwrap_or_else(|| quorum.deadline()),
+        finish_by: Instant::now() + held.ttl(),
+    };
+    release_all(quorum, held.release(), deadlines, until, &[]).await
 }
 
 /// How a lock was given back.

@@ -2,7 +2,6 @@
 //! shared by its guard, the watchdog and a shutdown, and the registry of
 //! every lock a client's guards hold.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -11,9 +10,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::registry::Registry;
 use super::resources::Resources;
 use crate::config::RENEW_DIVISOR;
 use crate::options::LockOptions;
+use crate::quorum::Lease;
 use crate::wire::lock::{Release, RenewItem};
 
 /// The state of one held lock, shared by its guard and the watchdog.
@@ -61,18 +62,29 @@ struct State {
     released: bool,
 }
 
+/// What an acquisition that a majority granted hands to its [`Held`].
+#[derive(Debug)]
+pub(crate) struct Acquisition {
+    pub(crate) resources: Resources,
+    pub(crate) token: Arc<str>,
+    /// The fencing token agreed, if fenced.
+    pub(crate) fence: Option<u64>,
+    /// What the granting round made ours.
+    pub(crate) lease: Lease,
+    /// Nodes that granted.
+    pub(crate) confirmed: usize,
+}
+
 impl Held {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        resources: Resources,
-        token: Arc<str>,
-        fence: Option<u64>,
-        ttl: Duration,
-        start: Instant,
-        valid_until: Instant,
-        confirmed: usize,
-        options: &LockOptions,
-    ) -> Self {
+    pub(crate) fn new(acquired: Acquisition, options: &LockOptions) -> Self {
+        let Acquisition {
+            resources,
+            token,
+            fence,
+            lease,
+            confirmed,
+        } = acquired;
+        let (start, ttl, valid_until) = (lease.start, lease.ttl, lease.valid_until());
         Held {
             resources,
             token,
@@ -215,33 +227,24 @@ impl Held {
         !self.releasing.swap(true, Ordering::AcqRel)
     }
 
-    /// Records a majority confirmation of a round that started at `start`
-    /// with `ttl`: the lock is ours until `start + life - drift`, where
-    /// `life` is how long the confirming nodes keep the keys on our clock
-    /// (`ttl`, or less when a node's clock runs fast: `Quorum::life`). Returns
-    /// `false` (and changes nothing) when the lock was already lost or its
-    /// validity has passed: a lock is never resurrected, because a holder may
-    /// already have acted on its loss. Also `false` when the new validity
-    /// has passed already (a node of the majority turned out so fast that
-    /// its key may be gone): the caller then treats the lock as lost.
-    pub(crate) fn confirm(
-        &self,
-        start: Instant,
-        ttl: Duration,
-        life: Duration,
-        drift: Duration,
-        confirmed: usize,
-    ) -> bool {
-        let valid_until = start + life.saturating_sub(drift);
+    /// Records a majority confirmation: the lock is ours until the
+    /// `lease`'s end. Returns `false` (and changes nothing) when the lock
+    /// was already lost or its validity has passed: a lock is never
+    /// resurrected, because a holder may already have acted on its loss.
+    /// Also `false` when the new validity has passed already (a node of the
+    /// majority turned out so fast that its key may be gone): the caller
+    /// then treats the lock as lost.
+    pub(crate) fn confirm(&self, lease: &Lease, confirmed: usize) -> bool {
+        let valid_until = lease.valid_until();
         let now = Instant::now();
         let mut state = self.state();
         if self.is_lost() || state.valid_until <= now || valid_until <= now {
             return false;
         }
         let shortened = valid_until < state.valid_until;
-        state.ttl = ttl;
+        state.ttl = lease.ttl;
         state.valid_until = valid_until;
-        state.renew_at = renewal_due(start, ttl, valid_until);
+        state.renew_at = renewal_due(lease.start, lease.ttl, valid_until);
         state.retrying = false;
         state.confirmed = confirmed;
         drop(state);
@@ -315,37 +318,25 @@ fn renewal_due(start: Instant, ttl: Duration, valid_until: Instant) -> Instant {
 /// Every lock held by a guard of one client, so that a shutdown can
 /// release the locks whose guards are still alive.
 #[derive(Debug, Default)]
-pub(crate) struct Holders(Mutex<HolderMap>);
-
-#[derive(Debug, Default)]
-struct HolderMap {
-    /// By id. Ids count up, so every new lock goes at the end, and a
-    /// B-tree needs no hashing: cheaper than a hash map on every lock call.
-    locks: BTreeMap<u64, Arc<Held>>,
-    next_id: u64,
-}
+pub(crate) struct Holders(Mutex<Registry<Arc<Held>>>);
 
 impl Holders {
-    fn map(&self) -> MutexGuard<'_, HolderMap> {
+    fn registry(&self) -> MutexGuard<'_, Registry<Arc<Held>>> {
         // Plain data, valid after a panic in another thread.
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn insert(&self, held: &Arc<Held>) -> u64 {
-        let mut map = self.map();
-        let id = map.next_id;
-        map.next_id += 1;
-        map.locks.insert(id, Arc::clone(held));
-        id
+        self.registry().insert(Arc::clone(held))
     }
 
     pub(crate) fn remove(&self, id: u64) {
-        self.map().locks.remove(&id);
+        self.registry().remove(id);
     }
 
     /// Every lock still held, taken out of the registry.
     pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
-        std::mem::take(&mut self.map().locks).into_values().collect()
+        self.registry().take_all()
     }
 }
 
@@ -353,18 +344,24 @@ impl Holders {
 mod tests {
     use super::*;
 
-    fn held(ttl: Duration, options: &LockOptions) -> Held {
-        let now = Instant::now();
-        Held::new(
-            Resources::from("r"),
-            "t".into(),
-            None,
+    fn lease(start: Instant, ttl: Duration, life: Duration) -> Lease {
+        Lease {
+            start,
             ttl,
-            now,
-            now + ttl,
-            1,
-            options,
-        )
+            life,
+            drift: Duration::ZERO,
+        }
+    }
+
+    fn held(ttl: Duration, options: &LockOptions) -> Held {
+        let acquired = Acquisition {
+            resources: Resources::from("r"),
+            token: "t".into(),
+            fence: None,
+            lease: lease(Instant::now(), ttl, ttl),
+            confirmed: 1,
+        };
+        Held::new(acquired, options)
     }
 
     #[tokio::test]
@@ -374,13 +371,8 @@ mod tests {
         assert!(held.mark_lost());
         assert!(!held.mark_lost(), "the signal fires once");
         let now = Instant::now();
-        assert!(!held.confirm(
-            now,
-            Duration::from_secs(10),
-            Duration::from_secs(10),
-            Duration::ZERO,
-            3
-        ));
+        let ttl = Duration::from_secs(10);
+        assert!(!held.confirm(&lease(now, ttl, ttl), 3));
         assert!(!held.is_held());
     }
 
@@ -405,7 +397,7 @@ mod tests {
         let shorten = async {
             tokio::time::sleep(Duration::from_secs(1)).await;
             // A node of the majority runs 2x fast: the keys live 5 s.
-            assert!(held.confirm(start, ttl, ttl / 2, Duration::ZERO, 2));
+            assert!(held.confirm(&lease(start, ttl, ttl / 2), 2));
         };
         let (fired, ()) = tokio::join!(lost, shorten);
         assert_eq!(fired, start + ttl / 2);
@@ -413,7 +405,7 @@ mod tests {
         // A renewal that finds the keys may be gone already is no renewal.
         let fresh = self::held(ttl, &LockOptions::default());
         tokio::time::sleep(Duration::from_secs(2)).await;
-        assert!(!fresh.confirm(start, ttl, Duration::from_secs(1), Duration::ZERO, 2));
+        assert!(!fresh.confirm(&lease(start, ttl, Duration::from_secs(1)), 2));
         assert!(
             fresh.is_held(),
             "unchanged: the caller decides what the loss means"

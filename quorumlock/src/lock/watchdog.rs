@@ -11,7 +11,6 @@
 //!   local timer at `valid_until`, so a holder learns of the loss on time
 //!   even when every renewal request hangs.
 
-use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -19,7 +18,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use super::registry::Registry;
 use super::release::release_in_background;
 use super::state::Held;
 use crate::config::{RENEW_DIVISOR, WATCHDOG_LINGER};
@@ -33,16 +34,13 @@ pub(crate) struct Watchdog {
     quorum: Arc<Quorum>,
     /// Renewals re-create our key where a node lost it.
     heal: bool,
-    registry: Mutex<Registry>,
+    state: Mutex<State>,
     wake: Notify,
 }
 
 #[derive(Debug, Default)]
-struct Registry {
-    /// By id. Ids count up, so every new lock goes at the end, and a
-    /// B-tree needs no hashing: cheaper than a hash map on every lock call.
-    locks: BTreeMap<u64, Arc<Held>>,
-    next_id: u64,
+struct State {
+    locks: Registry<Arc<Held>>,
     /// The renewal task, while it runs. One whose runtime shut down counts
     /// as finished, so that the next lock taken on another runtime starts a
     /// new one instead of waiting on a task that will never run again.
@@ -51,6 +49,21 @@ struct Registry {
     /// registry anyway). A new lock wakes it only if it needs it sooner, so
     /// that taking a lock costs no wake-up and no scan of all locks.
     wake_at: Option<Instant>,
+    /// Since when the registry has been empty.
+    idle_since: Option<Instant>,
+}
+
+/// What one scan of the registry found.
+#[derive(Default)]
+struct Scan {
+    /// Locks to renew now: those due, and those due soon that come along.
+    due: Vec<Arc<Held>>,
+    /// Locks due within the batching window, renewed only with due ones.
+    early: Vec<Arc<Held>>,
+    /// Locks whose validity ran out unconfirmed, or that were lost.
+    expired: Vec<Arc<Held>>,
+    /// When to scan again, if nothing wakes the task sooner.
+    wake_at: Option<Instant>,
 }
 
 impl Watchdog {
@@ -58,39 +71,112 @@ impl Watchdog {
         Watchdog {
             quorum,
             heal,
-            registry: Mutex::default(),
+            state: Mutex::default(),
             wake: Notify::new(),
         }
     }
 
-    fn registry(&self) -> MutexGuard<'_, Registry> {
-        self.registry.lock().unwrap_or_else(|e| e.into_inner())
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Stops renewing lock `id` (released or dropped). The task notices at
     /// its next wake-up (and ends [`WATCHDOG_LINGER`] after the last lock).
     pub(crate) fn unregister(&self, id: u64) {
-        self.registry().locks.remove(&id);
+        self.state().locks.remove(id);
+    }
+
+    /// Sorts the registered locks at `now` into due, early and expired,
+    /// dropping released and expired ones; `None` when the task is to end
+    /// (the client is closing, or no lock was left for
+    /// [`WATCHDOG_LINGER`]).
+    fn scan(&self, now: Instant, closing: &CancellationToken) -> Option<Scan> {
+        let mut state = self.state();
+        if closing.is_cancelled() {
+            state.locks.take_all();
+            state.task = None;
+            return None;
+        }
+        let mut scan = Scan::default();
+        if state.locks.is_empty() {
+            let end = *state.idle_since.get_or_insert(now) + WATCHDOG_LINGER;
+            if end <= now {
+                state.task = None;
+                return None;
+            }
+            // Sleep until then, unless a new lock needs a renewal sooner
+            // and wakes us.
+            scan.wake_at = Some(end);
+        } else {
+            state.idle_since = None;
+        }
+        state.locks.retain(|held| scan.sort(held, now));
+        state.wake_at = if scan.due.is_empty() && scan.expired.is_empty() {
+            scan.wake_at
+        } else {
+            None
+        };
+        Some(scan)
+    }
+}
+
+impl Scan {
+    /// Files `held` by what it needs at `now`; `false` when it leaves the
+    /// registry (released, or expired and filed as such).
+    fn sort(&mut self, held: &Arc<Held>, now: Instant) -> bool {
+        if held.is_released() {
+            return false;
+        }
+        let valid_until = held.valid_until();
+        if held.is_lost() || valid_until <= now {
+            self.expired.push(Arc::clone(held));
+            return false;
+        }
+        let mut wake = valid_until;
+        if let Some((renew_at, retrying)) = held.next_renewal() {
+            // A tick comes when the earliest renewal is due, and takes along
+            // every regular renewal due within the next half period: locks
+            // acquired at scattered times are renewed together (a little
+            // early, which is harmless, and never late), and the next tick
+            // is at least half a period away, so the number of ticks, and of
+            // round trips, does not grow with the number of locks. A lone
+            // lock is renewed exactly every ttl/3. Retries keep their exact
+            // time.
+            let window = if retrying {
+                Duration::ZERO
+            } else {
+                held.ttl() / (RENEW_DIVISOR * 2)
+            };
+            if renew_at <= now {
+                self.due.push(Arc::clone(held));
+            } else {
+                if renew_at <= now + window {
+                    self.early.push(Arc::clone(held));
+                }
+                wake = wake.min(renew_at);
+            }
+        }
+        self.wake_at = Some(self.wake_at.map_or(wake, |w| w.min(wake)));
+        true
     }
 }
 
 /// Starts renewing `held`; spawns the client's watchdog task if it is not
 /// running. Returns the id to unregister with. Must run inside a Tokio runtime.
 pub(crate) fn register(watchdog: &Arc<Watchdog>, held: &Arc<Held>) -> u64 {
-    let mut registry = watchdog.registry();
-    let id = registry.next_id;
-    registry.next_id += 1;
-    registry.locks.insert(id, Arc::clone(held));
-    if registry.task.as_ref().is_some_and(|task| !task.is_finished()) {
+    let mut state = watchdog.state();
+    let id = state.locks.insert(Arc::clone(held));
+    if state.task.as_ref().is_some_and(|task| !task.is_finished()) {
         let needed = held.next_renewal().map_or(held.valid_until(), |(at, _)| at);
-        if registry.wake_at.is_some_and(|wake| needed < wake) {
+        if state.wake_at.is_some_and(|wake| needed < wake) {
             watchdog.wake.notify_one();
         }
     } else {
         // Woken by nothing yet: it scans the registry first.
-        registry.wake_at = None;
+        state.wake_at = None;
+        state.idle_since = None;
         let task = run(Arc::clone(watchdog));
-        registry.task = Some(watchdog.quorum.tasks.spawn(Work::Renewal, task));
+        state.task = Some(watchdog.quorum.tasks.spawn(Work::Renewal, task));
     }
     id
 }
@@ -100,93 +186,24 @@ pub(crate) fn register(watchdog: &Arc<Watchdog>, held: &Arc<Held>) -> u64 {
 /// [`WATCHDOG_LINGER`] or the client shuts down (which releases the locks
 /// itself).
 async fn run(watchdog: Arc<Watchdog>) {
-    let closing = watchdog.quorum.tasks.closing();
-    // Since when the registry has been empty.
-    let mut idle_since: Option<Instant> = None;
-    loop {
-        let now = Instant::now();
-        let mut due = Vec::new();
-        let mut early = Vec::new();
-        let mut expired = Vec::new();
-        let mut next_wake: Option<Instant> = None;
-        {
-            let mut registry = watchdog.registry();
-            if closing.is_cancelled() {
-                registry.locks.clear();
-                registry.task = None;
-                return;
-            }
-            if registry.locks.is_empty() {
-                let end = *idle_since.get_or_insert(now) + WATCHDOG_LINGER;
-                if end <= now {
-                    registry.task = None;
-                    return;
-                }
-                // Sleep until then (below), unless a new lock needs a
-                // renewal sooner and wakes us.
-                next_wake = Some(end);
-            } else {
-                idle_since = None;
-            }
-            registry.locks.retain(|_, held| {
-                if held.is_released() {
-                    return false;
-                }
-                let valid_until = held.valid_until();
-                if held.is_lost() || valid_until <= now {
-                    expired.push(Arc::clone(held));
-                    return false;
-                }
-                let mut wake = valid_until;
-                if let Some((renew_at, retrying)) = held.next_renewal() {
-                    // A tick comes when the earliest renewal is due, and
-                    // takes along every regular renewal due within the next
-                    // half period: locks acquired at scattered times are
-                    // renewed together (a little early, which is harmless,
-                    // and never late), and the next tick is at least half a
-                    // period away, so the number of ticks, and of round
-                    // trips, does not grow with the number of locks. A lone
-                    // lock is renewed exactly every ttl/3. Retries keep their
-                    // exact time.
-                    let window = if retrying {
-                        Duration::ZERO
-                    } else {
-                        held.ttl() / (RENEW_DIVISOR * 2)
-                    };
-                    if renew_at <= now {
-                        due.push(Arc::clone(held));
-                    } else if renew_at <= now + window {
-                        early.push(Arc::clone(held));
-                        wake = wake.min(renew_at);
-                    } else {
-                        wake = wake.min(renew_at);
-                    }
-                }
-                next_wake = Some(next_wake.map_or(wake, |w| w.min(wake)));
-                true
-            });
-            registry.wake_at = if due.is_empty() && expired.is_empty() {
-                next_wake
-            } else {
-                None
-            };
-        }
-        for held in expired {
+    let closing = watchdog.quorum.tasks.closing().clone();
+    while let Some(mut scan) = watchdog.scan(Instant::now(), &closing) {
+        for held in &scan.expired {
             lose(
                 &watchdog.quorum,
-                &held,
+                held,
                 "validity ran out before a majority confirmed a renewal",
             );
         }
-        if !due.is_empty() {
-            due.append(&mut early);
-            due.retain(|held| held.start_renewal());
-            if !due.is_empty() {
-                renew(&watchdog, &due).await;
+        if !scan.due.is_empty() {
+            scan.due.append(&mut scan.early);
+            scan.due.retain(|held| held.start_renewal());
+            if !scan.due.is_empty() {
+                renew(&watchdog, &scan.due).await;
             }
             continue;
         }
-        if let Some(at) = next_wake {
+        if let Some(at) = scan.wake_at {
             tokio::select! {
                 () = tokio::time::sleep_until(at) => {}
                 () = watchdog.wake.notified() => {}
@@ -214,7 +231,7 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
             |i| {
                 let (nodes, calls) = (Arc::clone(&quorum.nodes), Arc::clone(&calls));
                 // Each round also reads the node's clock, for its rate.
-                async move { nodes[i].send_all(&calls).await }
+                async move { nodes[i].send_pipeline(&calls).await }
             },
             |i, outcome| {
                 // A node whose replicas did not acknowledge (replica-acknowledged
@@ -255,7 +272,7 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
 /// A lock's outcome of one renewal round that started at `start`.
 fn apply(quorum: &Arc<Quorum>, held: &Arc<Held>, ttl: Duration, start: Instant, tally: &Tally) {
     if tally.reached() {
-        if held.confirm(start, ttl, quorum.life(ttl, tally), quorum.drift(ttl), tally.ok) {
+        if held.confirm(&quorum.lease(start, ttl, tally), tally.ok) {
             held.count_renewal();
             tracing::trace!(resources = ?held.resources.names(), confirmed = tally.ok, "lock renewed");
         } else {

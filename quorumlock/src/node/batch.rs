@@ -48,7 +48,7 @@ use crate::tasks::{Tasks, Work};
 use crate::wire::batch::{self as wire_batch, BATCH_MAX, Op};
 
 /// Where a queued request's outcome goes: granted / deleted or not.
-type Reply = oneshot::Sender<RedisResult<bool>>;
+type ReplyTo = oneshot::Sender<RedisResult<bool>>;
 
 /// A node's queue of requests waiting for the one in flight.
 #[derive(Debug)]
@@ -66,7 +66,7 @@ struct State {
     /// overtakes a queued one or a batch being handed over: the node must
     /// run requests in the order they were made.
     flusher: Option<JoinHandle<()>>,
-    queue: Vec<(Op, Reply)>,
+    queue: Vec<(Op, ReplyTo)>,
 }
 
 impl State {
@@ -234,7 +234,7 @@ async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
 /// and the node is spared a stream of small batches, each of which costs it
 /// a wake-up and a script call (the batching tests count the script calls
 /// this saves).
-fn take(batcher: &Batcher, carried: usize) -> Option<Vec<(Op, Reply)>> {
+fn take(batcher: &Batcher, carried: usize) -> Option<Vec<(Op, ReplyTo)>> {
     let mut state = batcher.state();
     let queued = state.queue.len();
     if queued == 0 || queued * 2 < carried {
@@ -247,8 +247,8 @@ fn take(batcher: &Batcher, carried: usize) -> Option<Vec<(Op, Reply)>> {
 /// Hands `batch` over to the connection and returns the future of its reply.
 async fn send(
     conn: &Arc<Conn>,
-    mut batch: Vec<(Op, Reply)>,
-) -> impl Future<Output = (Vec<(Op, Reply)>, RedisResult<redis::Value>)> + use<> {
+    mut batch: Vec<(Op, ReplyTo)>,
+) -> impl Future<Output = (Vec<(Op, ReplyTo)>, RedisResult<redis::Value>)> + use<> {
     let cmd = if let [(op, _)] = batch.as_slice() {
         op.command()
     } else {
@@ -266,7 +266,7 @@ async fn send(
 }
 
 /// Gives each request of `batch` its outcome from the batch's `reply`.
-fn answer(batch: Vec<(Op, Reply)>, reply: RedisResult<redis::Value>) {
+fn answer(batch: Vec<(Op, ReplyTo)>, reply: RedisResult<redis::Value>) {
     let outcomes = reply.and_then(|reply| match batch.as_slice() {
         [(op, _)] => Ok(vec![op.parse(reply)]),
         _ => wire_batch::outcomes(batch.len(), reply),

@@ -61,12 +61,63 @@ pub(crate) struct Node {
     name: String,
     connect_timeout: Duration,
     conn: Arc<Conn>,
-    /// Coalesces concurrent single-key acquires and releases (`None`: off).
-    batcher: Option<Arc<Batcher>>,
-    /// Replica-acknowledged mode: `WAIT` after every lock write.
-    replica_ack: Option<ReplicaAck>,
+    mode: Mode,
     /// Readings of the node's clock, for its rate.
     clock: ClockRate,
+}
+
+/// How a node sends lock writes, chosen once when the client is built.
+enum Mode {
+    /// Each request as a command of its own.
+    Direct,
+    /// Concurrent single-key acquires and releases are coalesced (see
+    /// `batch`).
+    Batched(Arc<Batcher>),
+    /// Every lock write is followed by `WAIT` in one pipeline, so it goes on
+    /// its own; a release writes no lock and may still be coalesced.
+    ReplicaAck {
+        ack: ReplicaAck,
+        releases: Option<Arc<Batcher>>,
+    },
+}
+
+impl Mode {
+    fn new(batching: bool, replica_ack: Option<ReplicaAck>, tasks: Arc<Tasks>) -> Mode {
+        let batcher = batching.then(|| Arc::new(Batcher::new(tasks)));
+        match (replica_ack, batcher) {
+            (Some(ack), releases) => Mode::ReplicaAck { ack, releases },
+            (None, Some(batcher)) => Mode::Batched(batcher),
+            (None, None) => Mode::Direct,
+        }
+    }
+
+    /// The batcher a plain single-key acquire may join.
+    fn acquires(&self) -> Option<&Arc<Batcher>> {
+        match self {
+            Mode::Batched(batcher) => Some(batcher),
+            Mode::Direct | Mode::ReplicaAck { .. } => None,
+        }
+    }
+
+    /// The batcher a single-key release may join.
+    fn releases(&self) -> Option<&Arc<Batcher>> {
+        match self {
+            Mode::Batched(batcher)
+            | Mode::ReplicaAck {
+                releases: Some(batcher),
+                ..
+            } => Some(batcher),
+            Mode::Direct | Mode::ReplicaAck { releases: None, .. } => None,
+        }
+    }
+
+    /// The `WAIT` that follows each lock write, in replica-acknowledged mode.
+    fn ack(&self) -> Option<ReplicaAck> {
+        match self {
+            Mode::ReplicaAck { ack, .. } => Some(*ack),
+            Mode::Direct | Mode::Batched(_) => None,
+        }
+    }
 }
 
 impl Node {
@@ -91,8 +142,7 @@ impl Node {
             name,
             connect_timeout,
             conn: Arc::new(Conn::new(client, connect_timeout, wait)),
-            batcher: batching.then(|| Arc::new(Batcher::new(tasks))),
-            replica_ack,
+            mode: Mode::new(batching, replica_ack, tasks),
             clock: ClockRate::default(),
         }
     }
@@ -117,8 +167,8 @@ impl Node {
     pub(crate) async fn send<R: Request>(&self, request: &R) -> RedisResult<Acked<R::Reply>> {
         // Boxed: kept inline, the larger state of this path would be part of
         // every request's future, batched ones included (each is built and
-        // boxed per node and operation; above about 1 KB an allocation
-        // leaves the allocator's fast path).
+        // boxed per node and operation; a large allocation leaves the
+        // allocator's fast path: the `request_futures_stay_small` test).
         let (reply, acked) = Box::pin(self.send_direct(request)).await?;
         Ok(acked.map(|()| reply))
     }
@@ -128,7 +178,7 @@ impl Node {
     /// reply and whether the replicas acknowledged it (always outside that
     /// mode).
     async fn send_direct<R: Request>(&self, request: &R) -> RedisResult<(R::Reply, Acked<()>)> {
-        let ack = self.replica_ack.filter(|_| request.writes_lock());
+        let ack = self.mode.ack().filter(|_| request.writes_lock());
         let Some(ack) = ack else {
             let reply = self.conn.send(request.command()).await?;
             return Ok((request.parse(reply)?, Ok(())));
@@ -146,7 +196,7 @@ impl Node {
     /// reports their absence, so that a node that counts as failed keeps no
     /// key of ours even if the attempt succeeds.
     pub(crate) async fn acquire(&self, acquire: &Acquire) -> RedisResult<Acked<Acquired>> {
-        if let (Some(batcher), None) = (&self.batcher, &self.replica_ack)
+        if let Some(batcher) = self.mode.acquires()
             && let Some(op) = Op::acquire(acquire)
         {
             let granted = batch::submit(batcher, &self.conn, op).await?;
@@ -170,7 +220,7 @@ impl Node {
     /// Deletes a lock's keys where they hold its token (in the next batch
     /// when batching and single-key); replies how many it deleted.
     pub(crate) async fn release(&self, release: &Release) -> RedisResult<usize> {
-        if let Some(batcher) = &self.batcher
+        if let Some(batcher) = self.mode.releases()
             && let Some(op) = Op::release(release)
         {
             return Ok(usize::from(batch::submit(batcher, &self.conn, op).await?));
@@ -207,9 +257,13 @@ impl Node {
     /// pipeline starts with a reading of the node's clock (`TIME`), for the
     /// estimate of its rate ([`Node::clock_rate`]): the watchdog's renewals
     /// take one per node and round without a round trip of their own.
-    pub(crate) async fn send_all<R: Request>(&self, requests: &[R]) -> RedisResult<Acked<Vec<R::Reply>>> {
+    pub(crate) async fn send_pipeline<R: Request>(
+        &self,
+        requests: &[R],
+    ) -> RedisResult<Acked<Vec<R::Reply>>> {
         let ack = self
-            .replica_ack
+            .mode
+            .ack()
             .filter(|_| requests.iter().any(Request::writes_lock));
         let mut pipe = redis::pipe();
         pipe.add_command(Time.command());
@@ -251,9 +305,9 @@ mod tests {
 
     /// Every lock operation builds one request future per node and boxes
     /// it (see `quorum::gather`), and its size is copied and allocated per
-    /// node and operation. glibc serves allocations of up to 1,032 bytes
-    /// from a per-thread cache; larger ones take its general path, which is
-    /// measurably slower under load. Under load nearly every request waits
+    /// node and operation. glibc serves small allocations from a per-thread
+    /// cache; larger ones take its general path, which is measurably slower
+    /// under load (docs/benchmarks.md has the sizes and the measurement). Under load nearly every request waits
     /// in its node's batch queue, which needs little state; sending a
     /// request directly (the connection's ordered hand-over) needs more and
     /// is boxed on its own (`batch::submit`, `Node::send_direct`). The limit

@@ -8,6 +8,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
+use redis::aio::{PubSubSink, PubSubStream};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -86,95 +87,172 @@ pub(crate) async fn subscriber(
     let node = &nodes[index];
     let mut backoff = Backoff::new();
     loop {
+        let connection = match Connection::open(node, &listener, &channel).await {
+            Opened::Working(connection) => connection,
+            Opened::Unreachable => {
+                tokio::time::sleep(backoff.pause()).await;
+                // Confirm nothing while down: waiters fall back to polling.
+                while let Ok(command) = commands.try_recv() {
+                    drop(command);
+                }
+                if listener.strong_count() == 0 {
+                    return;
+                }
+                continue;
+            }
+            Opened::Silent => {
+                // E.g. no channel permission: retry at the reconnect pace.
+                tokio::time::sleep(backoff.pause()).await;
+                continue;
+            }
+            Opened::NoListener => return,
+        };
+        backoff.reset();
+        if connection.serve(node, &listener, &channel, &mut commands).await == Served::Ended {
+            return;
+        }
+        tracing::debug!(node = node.name(), "pub/sub connection lost, resubscribing");
+        tokio::time::sleep(backoff.pause()).await;
+    }
+}
+
+/// One pub/sub connection to a node.
+struct Connection {
+    sink: PubSubSink,
+    stream: PubSubStream,
+    /// Whether the channel is subscribed on this connection.
+    subscribed: bool,
+    /// Until when the channel stays subscribed with no waiter (see
+    /// [`LINGER`]).
+    linger_until: Option<Instant>,
+}
+
+/// How opening a connection went.
+enum Opened {
+    /// The node answered on it.
+    Working(Connection),
+    /// No connection within the connect timeout.
+    Unreachable,
+    /// Connected, but the node did not answer the subscription or `PING`.
+    Silent,
+    /// Nobody listens any more: the subscriber ends.
+    NoListener,
+}
+
+/// Why serving a connection stopped.
+#[derive(PartialEq, Eq)]
+enum Served {
+    /// The connection broke or stopped answering: reconnect.
+    Lost,
+    /// The listener or the command sender is gone: the subscriber ends.
+    Ended,
+}
+
+impl Connection {
+    /// Connects, and subscribes the channel if someone waits. The
+    /// connection counts as working once the node answered on it (the
+    /// subscription's confirmation, or a `PING`): a node that accepts
+    /// connections and then drops or ignores them is backed off like one
+    /// that refuses them.
+    async fn open(node: &Node, listener: &Weak<dyn Listener>, channel: &str) -> Opened {
         let connected = tokio::time::timeout(node.connect_timeout(), node.client().get_async_pubsub()).await;
         let Ok(Ok(pubsub)) = connected else {
-            tokio::time::sleep(backoff.pause()).await;
-            // Confirm nothing while down: waiters fall back to polling.
-            while let Ok(command) = commands.try_recv() {
-                drop(command);
-            }
-            if listener.strong_count() == 0 {
-                return;
-            }
-            continue;
+            return Opened::Unreachable;
         };
-        let (mut sink, mut stream) = pubsub.split();
+        let (mut sink, stream) = pubsub.split();
         let waiting = match listener.upgrade() {
             Some(listener) => !listener.idle(),
-            None => return,
+            None => return Opened::NoListener,
         };
-        // Whether the channel is subscribed on this connection, and until
-        // when it stays so with no waiter (see [`LINGER`](crate::config::LINGER)).
-        let mut subscribed = waiting;
-        let mut linger_until: Option<Instant> = None;
-        // The connection counts as working once the node answered on it
-        // (the subscription's confirmation, or a PING): a node that accepts
-        // connections and then drops or ignores them is backed off like one
-        // that refuses them.
         let answered = if waiting {
-            tokio::time::timeout(node.connect_timeout(), sink.subscribe(&channel)).await
+            tokio::time::timeout(node.connect_timeout(), sink.subscribe(channel)).await
         } else {
             tokio::time::timeout(node.connect_timeout(), sink.ping::<redis::Value>())
                 .await
                 .map(|pong| pong.map(drop))
         };
         if !matches!(answered, Ok(Ok(()))) {
-            // E.g. no channel permission: retry at the reconnect pace.
-            tokio::time::sleep(backoff.pause()).await;
-            continue;
+            return Opened::Silent;
         }
-        backoff.reset();
+        Opened::Working(Connection {
+            sink,
+            stream,
+            subscribed: waiting,
+            linger_until: None,
+        })
+    }
+
+    /// Applies commands, delivers messages and pings the node every
+    /// [`PUBSUB_PING`], until the connection is lost or the subscriber ends.
+    async fn serve(
+        mut self,
+        node: &Node,
+        listener: &Weak<dyn Listener>,
+        channel: &str,
+        commands: &mut mpsc::UnboundedReceiver<Command>,
+    ) -> Served {
         let mut health = tokio::time::interval(PUBSUB_PING);
         health.tick().await;
         loop {
-            tokio::select! {
+            let went_on = tokio::select! {
                 _ = health.tick() => {
-                    let ping = tokio::time::timeout(node.connect_timeout(), sink.ping::<redis::Value>()).await;
-                    if !matches!(ping, Ok(Ok(_))) {
-                        break;
-                    }
+                    let ping = tokio::time::timeout(node.connect_timeout(), self.sink.ping::<redis::Value>()).await;
+                    matches!(ping, Ok(Ok(_)))
                 }
-                () = sleep_until_some(linger_until) => {
-                    linger_until = None;
-                    let idle = listener.upgrade().is_none_or(|listener| listener.idle());
-                    // A waiter that joined meanwhile keeps the subscription
-                    // (its Subscribe, still queued, is confirmed at once).
-                    if idle {
-                        subscribed = false;
-                        if sink.unsubscribe(&channel).await.is_err() {
-                            break;
-                        }
-                    }
-                }
+                () = sleep_until_some(self.linger_until) => self.linger_over(listener, channel).await,
                 command = commands.recv() => match command {
-                    None => return,
-                    Some(Command::Subscribe(done)) => {
-                        linger_until = None;
-                        if !subscribed {
-                            if sink.subscribe(&channel).await.is_err() {
-                                break;
-                            }
-                            subscribed = true;
-                        }
-                        let _ = done.send(());
-                    }
-                    Some(Command::Unsubscribe) => {
-                        if subscribed {
-                            linger_until = Some(Instant::now() + LINGER);
-                        }
-                    }
+                    None => return Served::Ended,
+                    Some(command) => self.apply(command, channel).await,
                 },
-                message = stream.next() => match (message, listener.upgrade()) {
+                message = self.stream.next() => match (message, listener.upgrade()) {
                     (Some(message), Some(listener)) => {
                         listener.deliver(message.get_channel_name(), message.get_payload_bytes());
+                        true
                     }
-                    (None, _) => break,
-                    (_, None) => return,
+                    (None, _) => false,
+                    (_, None) => return Served::Ended,
                 },
+            };
+            if !went_on {
+                return Served::Lost;
             }
         }
-        tracing::debug!(node = node.name(), "pub/sub connection lost, resubscribing");
-        tokio::time::sleep(backoff.pause()).await;
+    }
+
+    /// The linger after the last waiter passed: unsubscribes, unless a
+    /// waiter joined meanwhile (its Subscribe, still queued, is confirmed
+    /// at once). `false` when the connection failed.
+    async fn linger_over(&mut self, listener: &Weak<dyn Listener>, channel: &str) -> bool {
+        self.linger_until = None;
+        let idle = listener.upgrade().is_none_or(|listener| listener.idle());
+        if idle {
+            self.subscribed = false;
+            return self.sink.unsubscribe(channel).await.is_ok();
+        }
+        true
+    }
+
+    /// Applies one command of the listener's side; `false` when the
+    /// connection failed.
+    async fn apply(&mut self, command: Command, channel: &str) -> bool {
+        match command {
+            Command::Subscribe(done) => {
+                self.linger_until = None;
+                if !self.subscribed {
+                    if self.sink.subscribe(channel).await.is_err() {
+                        return false;
+                    }
+                    self.subscribed = true;
+                }
+                let _ = done.send(());
+            }
+            Command::Unsubscribe => {
+                if self.subscribed {
+                    self.linger_until = Some(Instant::now() + LINGER);
+                }
+            }
+        }
+        true
     }
 }
 

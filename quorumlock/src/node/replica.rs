@@ -5,7 +5,7 @@
 //! Every write that takes or keeps a lock on a node (acquire, extend, the
 //! watchdog's renewal: the requests whose `writes_lock` is true) is sent
 //! together with `WAIT numreplicas timeout` as one pipeline (`Node::send`
-//! and `Node::send_all`), and the node's answer counts only if `WAIT`
+//! and `Node::send_pipeline`), and the node's answer counts only if `WAIT`
 //! reported enough replicas:
 //!
 //! - acquire: a grant the replicas did not acknowledge is deleted again

@@ -86,7 +86,7 @@ pub(crate) async fn gather<T, F, Fut>(
 /// requests whose outcome changes nothing for the caller (the hand-off
 /// queue's bookkeeping), but which must keep their place in each node's
 /// order: each is handed over before this returns, as in [`gather`].
-pub(crate) async fn send_all<T, F, Fut>(nodes: usize, tasks: &Arc<Tasks>, finish_by: Instant, mut op: F)
+pub(crate) async fn hand_over<T, F, Fut>(nodes: usize, tasks: &Arc<Tasks>, finish_by: Instant, mut op: F)
 where
     T: Send + 'static,
     F: FnMut(usize) -> Fut,

@@ -5,6 +5,7 @@
 //! the quorum rules live in one place.
 
 mod gather;
+mod lease;
 mod tally;
 
 use std::future::Future;
@@ -15,7 +16,8 @@ use std::time::Duration;
 use redis::RedisResult;
 use tokio::time::Instant;
 
-use self::gather::{Answer, fan_out, gather, send_all};
+use self::gather::{Answer, fan_out, gather, hand_over};
+pub(crate) use self::lease::Lease;
 pub(crate) use self::tally::{Tally, Until, quorum};
 use crate::config::{FAR_FUTURE, MAX_TTL};
 use crate::error::{Error, NodeErrorKind, Result as LockResult};
@@ -107,13 +109,13 @@ impl Quorum {
     }
 
     /// Hands `request` to the nodes `which` and returns without waiting for
-    /// the replies (see [`send_all`]).
+    /// the replies (see [`hand_over`]).
     pub(crate) async fn tell<R>(&self, which: &[usize], finish_by: Instant, request: Arc<R>)
     where
         R: Request + Send + Sync + 'static,
         R::Reply: Send + 'static,
     {
-        send_all(which.len(), &self.tasks, finish_by, |j| {
+        hand_over(which.len(), &self.tasks, finish_by, |j| {
             let (nodes, request, node) = (Arc::clone(&self.nodes), Arc::clone(&request), which[j]);
             async move { nodes[node].send(&*request).await }
         })
@@ -149,6 +151,17 @@ impl Quorum {
             None => (0..self.len()).map(|i| self.rate(i)).fold(1.0, f64::max),
         };
         ttl.div_f64(rate)
+    }
+
+    /// What a round that began at `start` and set `ttl` on the nodes that
+    /// confirmed in `tally` makes ours (see [`Lease`]).
+    pub(crate) fn lease(&self, start: Instant, ttl: Duration, tally: &Tally) -> Lease {
+        Lease {
+            start,
+            ttl,
+            life: self.life(ttl, tally),
+            drift: self.drift(ttl),
+        }
     }
 
     /// The measured rate of node `i`'s clock when it runs so fast that a key
@@ -198,12 +211,8 @@ impl Quorum {
     /// Checks that `requested` leaves room for the per-node timeout, the
     /// drift and `min_validity`, and returns it cut to whole milliseconds
     /// (the unit Redis stores, so the validity is computed from the ttl the
-    /// nodes really apply) with its drift allowance.
-    pub(crate) fn check_ttl(
-        &self,
-        requested: Duration,
-        min_validity: Duration,
-    ) -> LockResult<(Duration, Duration)> {
+    /// nodes really apply).
+    pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> LockResult<Duration> {
         let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
         if ttl.is_zero() || ttl > MAX_TTL {
             return Err(Error::Config(format!(
@@ -218,7 +227,7 @@ impl Quorum {
                  {timeout:?} and the minimum validity {min_validity:?}"
             )));
         }
-        Ok((ttl, drift))
+        Ok(ttl)
     }
 }
 
@@ -237,16 +246,6 @@ pub(crate) fn deadline_after(after: Duration) -> Instant {
 /// the granularity of Redis expiry (the defaults in `config`).
 pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
     ttl.mul_f64(factor).saturating_add(fixed)
-}
-
-/// `ttl - elapsed - drift`, or `None` when nothing is left.
-///
-/// `elapsed` is measured on the monotonic clock from before the first request
-/// was sent, so it covers the slowest node we counted and all scheduling.
-pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift)
-        .filter(|v| !v.is_zero())
 }
 
 #[cfg(test)]
@@ -270,13 +269,5 @@ mod tests {
             crate::config::DEFAULT_DRIFT_FIXED,
         );
         assert_eq!(d, Duration::from_millis(302));
-    }
-
-    #[test]
-    fn validity_subtracts_elapsed_and_drift_and_never_goes_negative() {
-        let ms = Duration::from_millis;
-        assert_eq!(validity(ms(1000), ms(100), ms(12)), Some(ms(888)));
-        assert_eq!(validity(ms(1000), ms(988), ms(12)), None);
-        assert_eq!(validity(ms(1000), ms(2000), ms(12)), None);
     }
 }

@@ -9,24 +9,41 @@ use super::reply::{millis, pair};
 use super::request::Request;
 use super::script::script;
 
+/// The Lua function `fence_floor(first, last)`: the node's fence for the
+/// fence keys `KEYS[first..=last]`, the highest stored there, floored by
+/// the node's clock in microseconds (so that values keep growing after a
+/// restart that lost the stored fences). One `TIME` and one `GET` per key.
+macro_rules! fence_floor_lua {
+    () => {
+        r"
+local function fence_floor(first, last)
+  local now = redis.call('TIME')
+  local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  for i = first, last do
+    local stored = tonumber(redis.call('GET', KEYS[i]))
+    if stored and stored > fence then fence = stored end
+  end
+  return fence
+end
+"
+    };
+}
+pub(crate) use fence_floor_lua;
+
 script! {
     /// Fenced acquire, phase 1: the acquire of [`ACQUIRE`](super::lock::ACQUIRE)
-    /// that also returns the node's fence value for the resources: the highest
-    /// stored fence, floored by the node's clock in microseconds (so that
-    /// values keep growing after a restart that lost the stored fences).
+    /// that also returns the node's fence value for the resources
+    /// (`fence_floor_lua!`).
     ///
     /// Atomic so that the fence value read belongs to the same instant as the
     /// grant. KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
     /// ms. Returns `{granted (1/0), fence}`. Bounded: three calls per resource,
     /// at most [`MAX_LOCK_KEYS`](super::MAX_LOCK_KEYS) resources.
-    FENCED_ACQUIRE = r"
+    FENCED_ACQUIRE = concat!(
+    fence_floor_lua!(),
+    r"
 local n = #KEYS / 2
-local now = redis.call('TIME')
-local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
-for i = n + 1, 2 * n do
-  local stored = tonumber(redis.call('GET', KEYS[i]))
-  if stored and stored > fence then fence = stored end
-end
+local fence = fence_floor(n + 1, 2 * n)
 for i = 1, n do
   if redis.call('EXISTS', KEYS[i]) == 1 then return {0, fence} end
 end
@@ -34,7 +51,8 @@ for i = 1, n do
   redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
 return {1, fence}
-";
+"
+);
 }
 
 script! {

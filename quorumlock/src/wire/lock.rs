@@ -43,8 +43,7 @@ script! {
     /// `queue::announce_lua!`), so that the next waiter retries at once. The
     /// `EXISTS` first: with no one waiting (the usual release) it costs the
     /// node less than the announcement's `ZPOPMIN`, whose empty reply becomes
-    /// a table (the release script's instructions per call fall by about an
-    /// eighth; `bench/node-instructions.py`).
+    /// a table (measured with `bench/node-instructions.py`: docs/benchmarks.md).
     /// KEYS: the n resources, then their n queue keys; ARGV: token, the client's
     /// clock in unix ms. Returns how many keys it deleted. Bounded: at most
     /// [`MAX_LOCK_KEYS`](super::MAX_LOCK_KEYS) keys, each a `GET`, a `DEL`, an
@@ -152,6 +151,19 @@ pub(crate) enum AcquireMode {
     /// A waiter's attempt on one resource: where it is held, the waiter
     /// queues in the same call ([`queue::ACQUIRE_OR_QUEUE`]).
     Queued(Arc<QueueEntry>),
+    /// Both, for a fenced waiter's attempt on one resource
+    /// ([`queue::FENCED_ACQUIRE_OR_QUEUE`]).
+    FencedQueued(Arc<[String]>, Arc<QueueEntry>),
+}
+
+impl AcquireMode {
+    /// The fence keys a fenced acquire reads.
+    pub(crate) fn fence_keys(&self) -> Option<&Arc<[String]>> {
+        match self {
+            AcquireMode::Fenced(fence_keys) | AcquireMode::FencedQueued(fence_keys, _) => Some(fence_keys),
+            AcquireMode::Plain | AcquireMode::Queued(_) => None,
+        }
+    }
 }
 
 /// `SET key token NX PX ttl_ms`: a single-key lock, in the format every
@@ -178,12 +190,18 @@ enum Shape<'a> {
     Script,
     Fenced(&'a [String]),
     Queued(&'a QueueEntry),
+    FencedQueued(&'a str, &'a QueueEntry),
 }
 
 impl Acquire {
+    /// The queueing modes queue one resource; a waiter on several registers
+    /// with a request of its own and sends the plain or fenced acquire.
     fn shape(&self) -> Shape<'_> {
         match (&self.mode, &*self.keys) {
-            (AcquireMode::Fenced(fence_keys), _) => Shape::Fenced(fence_keys),
+            (AcquireMode::FencedQueued(fence_keys, entry), [_]) => Shape::FencedQueued(&fence_keys[0], entry),
+            (AcquireMode::Fenced(fence_keys) | AcquireMode::FencedQueued(fence_keys, _), _) => {
+                Shape::Fenced(fence_keys)
+            }
             (AcquireMode::Queued(entry), [_]) => Shape::Queued(entry),
             (_, [_]) => Shape::SetNx,
             _ => Shape::Script,
@@ -204,6 +222,9 @@ impl Request for Acquire {
             }
             Shape::Fenced(fence_keys) => fence::acquire(&self.keys, fence_keys, &self.token, self.ttl_ms),
             Shape::Queued(entry) => queue::acquire_or_queue(&self.keys[0], &self.token, self.ttl_ms, entry),
+            Shape::FencedQueued(fence_key, entry) => {
+                queue::fenced_acquire_or_queue(&self.keys[0], fence_key, &self.token, self.ttl_ms, entry)
+            }
         }
     }
 
@@ -211,7 +232,7 @@ impl Request for Acquire {
         let (granted, fence) = match self.shape() {
             Shape::SetNx => (set_nx_granted(reply)?, None),
             Shape::Script => (integer("the acquire script", reply)? == 1, None),
-            Shape::Fenced(_) => {
+            Shape::Fenced(_) | Shape::FencedQueued(..) => {
                 let (granted, fence) = fence::acquired(reply)?;
                 (granted, Some(fence))
             }

@@ -179,6 +179,32 @@ return 0
 }
 
 script! {
+    /// A fenced waiter's attempt: [`ACQUIRE_OR_QUEUE`] that also returns the
+    /// node's fence for the resource, as phase 1 of a fenced acquisition does
+    /// ([`FENCED_ACQUIRE`](super::fence::FENCED_ACQUIRE)), so that fenced
+    /// waiters queue and leave in their attempts as plain ones do.
+    ///
+    /// KEYS: the key, its fence key, its queue key; ARGV: token, ttl in ms, the
+    /// waiter's place, member and queue ttl in ms. Returns `{granted (1/0),
+    /// fence}`. Bounded: three keys, at most six calls.
+    FENCED_ACQUIRE_OR_QUEUE = concat!(
+    super::fence::fence_floor_lua!(),
+    stretch_lua!(),
+    r"
+local fence = fence_floor(2, 2)
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  redis.pcall('ZREM', KEYS[3], ARGV[4])
+  return {1, fence}
+end
+if redis.pcall('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[4]) == 1 then
+  stretch(KEYS[3], ARGV[5])
+end
+return {0, fence}
+"
+);
+}
+
+script! {
     /// Takes a waiter out of the resources' queues (it got the lock, gave up or
     /// was cancelled). KEYS: queue keys; ARGV: the member. Returns how many
     /// queues it left. Bounded: one `ZREM` per queue key, at most
@@ -260,6 +286,24 @@ impl Request for Unregister {
 /// [`ACQUIRE_OR_QUEUE`] of `key` for the waiter of `entry`.
 pub(crate) fn acquire_or_queue(key: &str, token: &str, ttl_ms: u64, entry: &QueueEntry) -> Cmd {
     let mut cmd = ACQUIRE_OR_QUEUE.call(2, (key, &entry.queues[0]));
+    cmd.arg(token)
+        .arg(ttl_ms)
+        .arg(entry.place)
+        .arg(&*entry.member)
+        .arg(entry.ttl_ms.to_string());
+    cmd
+}
+
+/// [`FENCED_ACQUIRE_OR_QUEUE`] of `key` with its `fence_key`, for the
+/// waiter of `entry`; its reply reads as [`super::fence::acquired`].
+pub(crate) fn fenced_acquire_or_queue(
+    key: &str,
+    fence_key: &str,
+    token: &str,
+    ttl_ms: u64,
+    entry: &QueueEntry,
+) -> Cmd {
+    let mut cmd = FENCED_ACQUIRE_OR_QUEUE.call(3, (key, fence_key, &entry.queues[0]));
     cmd.arg(token)
         .arg(ttl_ms)
         .arg(entry.place)

@@ -38,11 +38,11 @@ impl Script {
 /// Room for the arguments of a usual lock command, allocated up front.
 ///
 /// A command grows its buffers as arguments are appended, and growing from
-/// empty reallocates several times per command: about a tenth of the
-/// client's instructions per lock+unlock cycle went to those reallocations
-/// (`benches/cycle_profile.rs`). A single-key acquire or release (name, SHA,
-/// key count, key, queue key, token, clock) takes under 200 bytes in under
-/// 16 arguments; larger commands grow from there.
+/// empty reallocates several times per command, a measurable share of the
+/// client's instructions per lock+unlock cycle (docs/benchmarks.md, client
+/// instructions). A single-key acquire or release (name, SHA, key count,
+/// key, queue key, token, clock) fits these sizes; larger commands grow
+/// from there.
 const COMMAND_ARGS: usize = 16;
 /// See [`COMMAND_ARGS`].
 const COMMAND_BYTES: usize = 256;

@@ -4,9 +4,9 @@
 //!
 //! On the first refusal a waiter subscribes to its client's wake-up
 //! channel and queues on every node ([`queue`]). From then on each attempt
-//! keeps its place in line (for one unfenced resource, inside the acquire
-//! request itself), and the waiter sleeps until a release names it, or
-//! until the retry delay passes. A named waiter that loses the race (to a
+//! keeps its place in line (for one resource, fenced or not, inside the
+//! acquire request itself), and the waiter sleeps until a release names it,
+//! or until the retry delay passes. A named waiter that loses the race (to a
 //! caller that did not queue) takes its old place again.
 //!
 //! Polling with a jittered delay stays underneath, for releases by other
@@ -21,9 +21,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::queue::Subscription;
+use self::queue::{Place, Subscription};
 use super::attempt::attempt;
 use super::guard::Guard;
+use super::kind::{Kind, Line};
 use super::resources::Resources;
 use super::shared::Shared;
 use crate::error::{Error, Result};
@@ -47,12 +48,8 @@ pub(crate) async fn lock(
         ttl,
         deadline: quorum::deadline_after(options.wait),
         attempts: 0,
-        subscription: None,
-        // A waiter's attempt on one unfenced resource also queues it where
-        // the resource is held, in the same request; other waiters register
-        // with a request of their own.
-        folded: resources.names().len() == 1 && !options.fenced,
-        named: false,
+        line: InLine::NotYet,
+        woken: Woken::Polled,
     };
     loop {
         let error = match waiter.attempt().await {
@@ -74,13 +71,30 @@ struct Waiter<'a> {
     ttl: Duration,
     deadline: Instant,
     attempts: u32,
-    /// Listening for releases and queued, after the first refusal.
-    subscription: Option<Subscription>,
-    /// The queue entry travels in the attempt's own request.
-    folded: bool,
-    /// The last wake-up came from a release that named this waiter (and
-    /// took it off the queue there).
-    named: bool,
+    line: InLine,
+    /// What ended the last wait.
+    woken: Woken,
+}
+
+/// How a waiter stands in line.
+enum InLine {
+    /// No refusal yet: neither listening for releases nor queued.
+    NotYet,
+    /// Listening; its attempts carry its place, so that the acquire request
+    /// itself queues it where the resource is held (one resource, plain or
+    /// fenced).
+    InAttempts(Subscription),
+    /// Listening, and queued with a request of its own (several resources).
+    Registered(Subscription),
+}
+
+/// What ended a waiter's wait.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Woken {
+    /// A release named this waiter (and took it off that node's queue).
+    Named,
+    /// The retry delay passed, or the client is closing.
+    Polled,
 }
 
 impl Waiter<'_> {
@@ -88,25 +102,19 @@ impl Waiter<'_> {
         self.attempts += 1;
         // Also after a named wake-up: if this attempt loses, the same request
         // puts the waiter back in its old place.
-        let entry = self
-            .subscription
-            .as_mut()
-            .filter(|_| self.folded)
-            .and_then(Subscription::entry);
-        let guard = attempt(
-            self.shared,
-            self.options,
-            self.resources,
-            self.ttl,
-            entry.as_ref(),
-        )
-        .await?;
-        // Off every queue: a queueing attempt leaves them itself, and the
-        // releases that named this waiter popped it.
-        if let Some(subscription) = self
-            .subscription
-            .as_mut()
-            .filter(|_| self.named || entry.is_some())
+        let place = match &mut self.line {
+            InLine::InAttempts(subscription) => subscription
+                .entry()
+                .map(|entry| Arc::new(Place::new(&self.shared.quorum, entry))),
+            InLine::NotYet | InLine::Registered(_) => None,
+        };
+        let carried = place.is_some();
+        let kind = Kind::new(self.options.fenced, place.map(|place| place as Arc<dyn Line>));
+        let guard = attempt(self.shared, self.options, self.resources, self.ttl, kind).await?;
+        // Off every queue: an attempt that carried the waiter's place left
+        // them itself, and the releases that named this waiter popped it.
+        if let InLine::InAttempts(subscription) | InLine::Registered(subscription) = &mut self.line
+            && (carried || self.woken == Woken::Named)
         {
             subscription.served();
         }
@@ -122,28 +130,17 @@ impl Waiter<'_> {
     }
 
     /// Waits before the next attempt: not at all on the first contention
-    /// (the waiter queues up and tries once more at once, since the release
-    /// may have come before it listened), else until a release names it, the
-    /// jittered retry delay passes or the client shuts down.
+    /// (the waiter gets in line and tries once more at once, since the
+    /// release may have come before it listened), else until a release names
+    /// it, the jittered retry delay passes or the client shuts down.
     async fn wait_after(&mut self, error: &Error) {
-        if matches!(error, Error::Held { .. }) && self.subscription.is_none() {
-            let shared = self.shared;
-            let mut joined = shared
-                .handoff
-                .subscribe(
-                    &shared.quorum,
-                    self.resources.names(),
-                    shared.quorum.node_timeout,
-                    self.deadline,
-                )
-                .await;
-            if !self.folded {
-                joined.register().await;
-            }
-            self.subscription = Some(joined);
+        if matches!(error, Error::Held { .. }) && matches!(self.line, InLine::NotYet) {
+            self.line = self.get_in_line().await;
             return;
         }
-        if let Some(subscription) = self.subscription.as_mut().filter(|_| self.named && !self.folded) {
+        if let InLine::Registered(subscription) = &mut self.line
+            && self.woken == Woken::Named
+        {
             // Named by a release, but someone else got there first: back to
             // our old place at the front of the queue.
             subscription.register().await;
@@ -153,21 +150,42 @@ impl Waiter<'_> {
         let wake = quorum::deadline_after(delay).min(self.deadline);
         let closing = self.shared.quorum.tasks.closing();
         // A shutdown ends the wait at once: the next attempt says so.
-        self.named = match &self.subscription {
-            Some(subscription) => {
+        self.woken = match &self.line {
+            InLine::InAttempts(subscription) | InLine::Registered(subscription) => {
                 tokio::select! {
-                    () = tokio::time::sleep_until(wake) => false,
-                    () = subscription.released() => true,
-                    () = closing.cancelled() => false,
+                    () = tokio::time::sleep_until(wake) => Woken::Polled,
+                    () = subscription.released() => Woken::Named,
+                    () = closing.cancelled() => Woken::Polled,
                 }
             }
-            None => {
+            InLine::NotYet => {
                 tokio::select! {
                     () = tokio::time::sleep_until(wake) => {}
                     () = closing.cancelled() => {}
                 }
-                false
+                Woken::Polled
             }
         };
+    }
+
+    /// Listens for releases and gets in line: a waiter on one resource in
+    /// its attempts' own requests, one on several with a registration.
+    async fn get_in_line(&self) -> InLine {
+        let shared = self.shared;
+        let mut joined = shared
+            .handoff
+            .subscribe(
+                &shared.quorum,
+                self.resources.names(),
+                shared.quorum.node_timeout,
+                self.deadline,
+            )
+            .await;
+        if self.resources.names().len() == 1 {
+            InLine::InAttempts(joined)
+        } else {
+            joined.register().await;
+            InLine::Registered(joined)
+        }
     }
 }

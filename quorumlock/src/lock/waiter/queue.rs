@@ -17,9 +17,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::future::BoxFuture;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
+use super::super::kind::Line;
 use crate::config::QUEUE_MARGIN;
 use crate::node::pubsub::{self, Command, Listener};
 use crate::quorum::Quorum;
@@ -30,22 +32,23 @@ use crate::wire::queue::{self, QueueEntry, Register, Unregister};
 /// Per-client hand-off state, shared by all its waiters.
 #[derive(Debug, Default)]
 pub(crate) struct Handoff {
-    shared: Arc<Shared>,
+    mailbox: Arc<Mailbox>,
     /// Command senders to each node's subscriber task, started on first use.
     subscribers: Mutex<Vec<Option<mpsc::UnboundedSender<Command>>>>,
 }
 
+/// Where the wake-ups of one client arrive: its id and its waiters.
 #[derive(Debug)]
-struct Shared {
+struct Mailbox {
     /// This client's id (random, 64 bits), as queue members carry it and
     /// its channel is named.
     id: String,
     waiters: Mutex<HashMap<Arc<str>, Waiting>>,
 }
 
-impl Default for Shared {
+impl Default for Mailbox {
     fn default() -> Self {
-        Shared {
+        Mailbox {
             id: format!("{:016x}", rand::random::<u64>()),
             waiters: Mutex::default(),
         }
@@ -63,7 +66,7 @@ struct Waiting {
     queues: Arc<[String]>,
 }
 
-impl Shared {
+impl Mailbox {
     fn waiters(&self) -> MutexGuard<'_, HashMap<Arc<str>, Waiting>> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -71,7 +74,7 @@ impl Shared {
 
 /// Wakes the waiter a release names, unless the same release already did
 /// (from another node) or the waiter is gone.
-impl Listener for Shared {
+impl Listener for Mailbox {
     fn deliver(&self, channel: &str, message: &[u8]) {
         if queue::wake_client(channel) != Some(self.id.as_str()) {
             return;
@@ -97,7 +100,7 @@ impl Listener for Shared {
 /// last waiter, and leaving the queues) on drop.
 #[derive(Debug)]
 pub(crate) struct Subscription {
-    handoff: Weak<Shared>,
+    handoff: Weak<Mailbox>,
     senders: Vec<mpsc::UnboundedSender<Command>>,
     quorum: Arc<Quorum>,
     /// This waiter's queue keys, place and member.
@@ -106,7 +109,7 @@ pub(crate) struct Subscription {
     member: Arc<str>,
     /// Until when the queue entry is kept (the waiter's deadline plus
     /// [`QUEUE_MARGIN`]).
-    until: Instant,
+    expires: Instant,
     /// Woken by releases that name this waiter.
     mine: Arc<Notify>,
     /// Registered on the nodes and not known to be off every queue.
@@ -123,7 +126,7 @@ impl Subscription {
     /// This waiter's queue entry, for an attempt that queues it where the
     /// resource is held; `None` once its deadline has passed.
     pub(crate) fn entry(&mut self) -> Option<QueueEntry> {
-        let left = self.until.checked_duration_since(Instant::now())?;
+        let left = self.expires.checked_duration_since(Instant::now())?;
         self.queued = true;
         Some(QueueEntry {
             queues: Arc::clone(&self.queues),
@@ -143,7 +146,7 @@ impl Subscription {
         };
         let all: Vec<usize> = (0..self.quorum.len()).collect();
         self.quorum
-            .tell(&all, self.until, Arc::new(Register(entry)))
+            .tell(&all, self.expires, Arc::new(Register(entry)))
             .await;
     }
 
@@ -157,23 +160,23 @@ impl Subscription {
 impl Drop for Subscription {
     fn drop(&mut self) {
         if self.queued {
-            let (quorum, queues, member, until) = (
+            let (quorum, queues, member, expires) = (
                 Arc::clone(&self.quorum),
                 Arc::clone(&self.queues),
                 Arc::clone(&self.member),
-                self.until,
+                self.expires,
             );
             self.quorum.tasks.spawn_if_running(Work::Queue, async move {
                 let all: Vec<usize> = (0..quorum.len()).collect();
                 quorum
-                    .tell(&all, until, Arc::new(Unregister { queues, member }))
+                    .tell(&all, expires, Arc::new(Unregister { queues, member }))
                     .await;
             });
         }
-        let Some(shared) = self.handoff.upgrade() else {
+        let Some(mailbox) = self.handoff.upgrade() else {
             return;
         };
-        let mut waiters = shared.waiters();
+        let mut waiters = mailbox.waiters();
         if waiters.remove(&self.member).is_some() && waiters.is_empty() {
             // Under the lock, so that a new first waiter's Subscribe is
             // queued after this.
@@ -200,14 +203,14 @@ impl Handoff {
     ) -> Subscription {
         let senders = self.senders(quorum);
         let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-        let until = wait_until + QUEUE_MARGIN;
-        let deadline_ms = (since_epoch + until.saturating_duration_since(Instant::now())).as_millis();
-        let member = QueueEntry::member(deadline_ms, &self.shared.id, rand::random());
+        let expires = wait_until + QUEUE_MARGIN;
+        let deadline_ms = (since_epoch + expires.saturating_duration_since(Instant::now())).as_millis();
+        let member = QueueEntry::member(deadline_ms, &self.mailbox.id, rand::random());
         let mine = Arc::new(Notify::new());
         let queues: Arc<[String]> = resources.iter().map(|r| keys::queue(r)).collect();
         let mut confirmations = Vec::new();
         {
-            let mut waiters = self.shared.waiters();
+            let mut waiters = self.mailbox.waiters();
             let first = waiters.is_empty();
             let waiting = Waiting {
                 wake: Arc::clone(&mine),
@@ -227,13 +230,13 @@ impl Handoff {
         // A node that cannot confirm in time is covered by polling.
         let _ = tokio::time::timeout(timeout, futures::future::join_all(confirmations)).await;
         Subscription {
-            handoff: Arc::downgrade(&self.shared),
+            handoff: Arc::downgrade(&self.mailbox),
             senders,
             quorum: Arc::clone(quorum),
             queues,
             place: u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX),
             member,
-            until,
+            expires,
             mine,
             queued: false,
         }
@@ -246,7 +249,7 @@ impl Handoff {
     /// [`Quorum::tell`]: a shutdown waits for its tracked work.
     pub(crate) async fn leave_all(&self, quorum: &Quorum, finish_by: Instant) {
         let queued: Vec<(Arc<str>, Arc<[String]>)> = self
-            .shared
+            .mailbox
             .waiters()
             .iter()
             .map(|(member, waiting)| (Arc::clone(member), Arc::clone(&waiting.queues)))
@@ -271,13 +274,13 @@ impl Handoff {
                     return sender.clone();
                 }
                 let (sender, commands) = mpsc::unbounded_channel();
-                let shared: Arc<dyn Listener> = self.shared.clone();
-                let listener = Arc::downgrade(&shared);
+                let mailbox: Arc<dyn Listener> = self.mailbox.clone();
+                let listener = Arc::downgrade(&mailbox);
                 let subscriber = pubsub::subscriber(
                     Arc::clone(&quorum.nodes),
                     i,
                     listener,
-                    keys::wake_channel(&self.shared.id),
+                    keys::wake_channel(&self.mailbox.id),
                     commands,
                 );
                 let closing = quorum.tasks.closing().clone();
@@ -295,62 +298,76 @@ impl Handoff {
     }
 }
 
-/// The nodes that refused one queueing attempt (and so still list its
-/// waiter), and whether the attempt took the lock.
+/// A waiter's place in line as one attempt carries it (see [`Line`]): the
+/// attempt's requests queue the waiter where the resource is held, and this
+/// takes the entry off the queues where it must not stay.
 ///
 /// A refusal can come after the majority that took the lock, from a node
 /// the attempt stopped waiting for. Its entry must be removed as well: the
 /// late release that made the node refuse pops only the head of its queue,
 /// and when that node lags by more than one hand-off, the head is an
 /// earlier waiter, so the entry would stay (and be named by a later release
-/// in place of a live waiter) until its deadline. Each request reports its
-/// refusal here: before the lock is taken it is collected for [`leave`];
-/// after, the request removes the entry itself. Costs nothing when every
-/// node grants, and one command per late refusal.
-#[derive(Debug)]
-pub(crate) struct Refusals(Mutex<Option<Vec<usize>>>);
-
-impl Default for Refusals {
-    fn default() -> Self {
-        // Undecided, no refusal yet; `None` once the lock was taken.
-        Refusals(Mutex::new(Some(Vec::new())))
-    }
+/// in place of a live waiter) until its deadline. Refusals before the lock
+/// is taken are collected and left together once it is; later ones are
+/// left by their own request. Costs nothing when every node grants, and one
+/// command per refusing node when the attempt takes the lock.
+pub(crate) struct Place {
+    quorum: Arc<Quorum>,
+    entry: Arc<QueueEntry>,
+    /// The nodes that refused so far; `None` once the lock was taken.
+    refused: Mutex<Option<Vec<usize>>>,
 }
 
-impl Refusals {
-    fn state(&self) -> MutexGuard<'_, Option<Vec<usize>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// `node` refused the attempt (and queued the waiter). True when the
-    /// lock was already taken: the caller then removes the entry there.
-    pub(crate) fn refused(&self, node: usize) -> bool {
-        match &mut *self.state() {
-            Some(refused) => {
-                refused.push(node);
-                false
-            }
-            None => true,
+impl Place {
+    pub(crate) fn new(quorum: &Arc<Quorum>, entry: QueueEntry) -> Place {
+        Place {
+            quorum: Arc::clone(quorum),
+            entry: Arc::new(entry),
+            refused: Mutex::new(Some(Vec::new())),
         }
     }
 
-    /// The attempt took the lock: the nodes that refused so far, for
-    /// [`leave`]. Later refusals are left by their own requests.
-    pub(crate) fn taken(&self) -> Vec<usize> {
-        self.state().take().unwrap_or_default()
+    fn refused(&self) -> MutexGuard<'_, Option<Vec<usize>>> {
+        self.refused.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes the waiter off its queues on the nodes `which`, without waiting
+    /// for the replies (see [`Quorum::tell`]): each removal runs after the
+    /// attempt on its node's connection.
+    fn leave(&self, which: Vec<usize>, finish_by: Instant) -> BoxFuture<'static, ()> {
+        let (quorum, entry) = (Arc::clone(&self.quorum), Arc::clone(&self.entry));
+        Box::pin(async move {
+            if which.is_empty() {
+                return;
+            }
+            let unregister = Unregister {
+                queues: Arc::clone(&entry.queues),
+                member: Arc::clone(&entry.member),
+            };
+            quorum.tell(&which, finish_by, Arc::new(unregister)).await;
+        })
     }
 }
 
-/// Takes the waiter of `entry` off its queues on the nodes that `refused`
-/// an attempt that carried the entry and still took the lock (a majority
-/// granted): a refusing node kept the waiter in line, typically because the
-/// previous holder's release had not reached it yet. The nodes that granted
-/// left the queue in the same call. Not awaited (see [`Quorum::tell`]);
-/// each removal runs after the attempt on its node's connection.
-pub(crate) async fn leave(quorum: &Quorum, entry: &QueueEntry, refused: &[usize], finish_by: Instant) {
-    let unregister = Unregister {
-        queues: Arc::clone(&entry.queues),
-        member: Arc::clone(&entry.member),
-    };
-    quorum.tell(refused, finish_by, Arc::new(unregister)).await;
+impl Line for Place {
+    fn entry(&self) -> &Arc<QueueEntry> {
+        &self.entry
+    }
+
+    fn refused(&self, node: usize, finish_by: Instant) -> Option<BoxFuture<'static, ()>> {
+        match &mut *self.refused() {
+            Some(refused) => {
+                refused.push(node);
+                None
+            }
+            None => Some(self.leave(vec![node], finish_by)),
+        }
+    }
+
+    /// The nodes that granted took the waiter off their queue in the same
+    /// call; those that refused so far still list it.
+    fn taken(&self, finish_by: Instant) -> BoxFuture<'static, ()> {
+        let refused = self.refused().take().unwrap_or_default();
+        self.leave(refused, finish_by)
+    }
 }
