@@ -1,6 +1,8 @@
 //! (e) contended hand-off: 16 waiters take turns on one resource on 3
 //! nodes, holding it 1 ms each time. A task that released queues again only
-//! after someone else acquired, so every hand-off goes to a waiter.
+//! after someone else acquired, so every hand-off goes to a waiter. The
+//! fenced setup takes turns as the plain one on one client does, each
+//! acquisition also agreeing on a fencing token.
 //!
 //! Measured per round: the gap from the holder calling release to the next
 //! holder's lock call returning (the time the resource sits idle), hand-offs
@@ -36,18 +38,27 @@ pub enum Setup {
     OursShared,
     /// quorumlock, one client per task (16 processes).
     OursPerTask,
+    /// quorumlock with fencing tokens (`LockOptions::fenced`), 16 tasks
+    /// sharing one client.
+    OursFenced,
     /// rslock's `acquire` (polling with its default retry delay), one lock
     /// manager per task.
     Rslock,
 }
 
 impl Setup {
-    pub const ALL: [Setup; 3] = [Setup::OursShared, Setup::OursPerTask, Setup::Rslock];
+    pub const ALL: [Setup; 4] = [
+        Setup::OursShared,
+        Setup::OursPerTask,
+        Setup::OursFenced,
+        Setup::Rslock,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Setup::OursShared => "quorumlock, 16 tasks on one client",
             Setup::OursPerTask => "quorumlock, 16 clients",
+            Setup::OursFenced => "quorumlock fenced, 16 tasks on one client",
             Setup::Rslock => "rslock 0.10 (polling), 16 managers",
         }
     }
@@ -115,11 +126,18 @@ pub async fn run(nodes: &Nodes, rounds: usize, target: usize, warmup: usize) -> 
             .expect("quorumlock config")
     };
     let shared = build();
+    let fenced = {
+        let redlock = build();
+        redlock
+            .with_options(redlock.options().fenced(true))
+            .expect("fenced options")
+    };
     let mut waiters: Vec<Vec<Waiter>> = Vec::new();
     for setup in Setup::ALL {
         waiters.push(match setup {
             Setup::OursShared => (0..WAITERS).map(|_| Waiter::Ours(shared.clone())).collect(),
             Setup::OursPerTask => (0..WAITERS).map(|_| Waiter::Ours(build())).collect(),
+            Setup::OursFenced => (0..WAITERS).map(|_| Waiter::Ours(fenced.clone())).collect(),
             Setup::Rslock => (0..WAITERS)
                 .map(|_| Waiter::Rslock(rslock::LockManager::new(urls.clone())))
                 .collect(),

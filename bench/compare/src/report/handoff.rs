@@ -25,6 +25,7 @@ pub fn table(md: &mut String, results: &[(Setup, Vec<Round>)], s: &Settings, tar
     for setup in [Setup::OursShared, Setup::OursPerTask] {
         plain_targets(results, setup, targets);
     }
+    fenced_targets(results, targets);
 }
 
 /// The median over rounds of `f`, over the rounds that have a value.
@@ -129,5 +130,24 @@ fn plain_targets(results: &[(Setup, Vec<Round>)], setup: Setup, targets: &mut Ve
         &format!("{who}: all commands per hand-off (incl. inside scripts) <= 2x rslock's"),
         all,
         2.0,
+    );
+}
+
+/// The targets of the fenced setup: fencing costs one more round trip per
+/// acquisition, and the hand-off is still to beat rslock's as the plain
+/// one does.
+fn fenced_targets(results: &[(Setup, Vec<Round>)], targets: &mut Vec<Target>) {
+    let Some(rounds) = rounds_of(results, Setup::OursFenced) else {
+        return;
+    };
+    let p50 = med(rounds, Round::gap_p50).map(|us| us / 1e3);
+    push_max(targets, "(e)", "fenced, one client: gap p50 <= 1 ms", p50, 1.0);
+    let rate = ratio_to_rslock(results, Setup::OursFenced, Round::rate);
+    push_min(
+        targets,
+        "(e)",
+        "fenced, one client: hand-offs/s >= 3x rslock's",
+        rate,
+        3.0,
     );
 }
