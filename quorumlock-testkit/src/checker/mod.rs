@@ -416,7 +416,7 @@ impl Plan {
         let renew = match self.renewal {
             Renewal::Auto => true,
             Renewal::Off => false,
-            Renewal::Mixed => id % 2 == 0,
+            Renewal::Mixed => id.is_multiple_of(2),
         };
         let with_lock = match self.api {
             Api::TryLock => false,
