@@ -9,7 +9,7 @@ use quorumlock::{Error, NodeErrorKind, Redlock};
 use quorumlock_testkit::checker::{Checker, ci_or_soak};
 use quorumlock_testkit::fake::{FakeNode, Misbehaviour};
 use quorumlock_testkit::faults::{Cluster, Schedule};
-use quorumlock_testkit::{PanicProbe, dbsize, eventually, get, start_nodes, urls};
+use quorumlock_testkit::{PanicProbe, RedisServer, dbsize, eventually, get, start_nodes, urls};
 use rand::RngExt;
 use tokio::time::Instant;
 
@@ -23,6 +23,16 @@ const CI_BROKEN_NODE_FOR: Duration = Duration::from_secs(2);
 /// some 65 times a second, about 4,000 grants per kind of misbehaviour.
 const SOAK_BROKEN_NODE_FOR: Duration = Duration::from_secs(60);
 
+/// Resource of the uncontended rounds.
+const UNCONTENDED_RESOURCE: &str = "bad-input";
+
+/// A node's timeout in the uncontended rounds.
+const NODE_TIMEOUT: Duration = Duration::from_millis(150);
+
+/// The ttl of the uncontended rounds: far longer than a round, so a key
+/// gone after one was released, not expired.
+const TTL: Duration = Duration::from_secs(10);
+
 /// 2 real nodes + 1 fake: locks are granted and released; 1 real + 2
 /// fakes: every attempt fails as `Unreachable` with the fakes as failed
 /// nodes; a contended run over 2 real + 1 fake stays safe; no panic and no
@@ -31,29 +41,51 @@ async fn broken_node_is_a_failed_node(misbehaviour: Misbehaviour, scenario: &str
     let mut checker = Checker::new(scenario);
     let seed = checker.rng().random::<u64>();
     let probe = PanicProbe::start();
-    let ttl = Duration::from_secs(10);
     let real = start_nodes(2);
     let fakes = [
         FakeNode::start(misbehaviour, seed),
         FakeNode::start(misbehaviour, seed + 1),
     ];
-    let node_timeout = ms(150);
+    granted_by_two_real_nodes(&real, &fakes[0]).await;
+    unreachable_with_one_real_node(&real[0], &fakes).await;
+    assert!(
+        fakes.iter().all(|f| f.misbehaved() > 0),
+        "the fakes were exercised"
+    );
+    assert!(probe.panics().is_empty(), "panics: {:?}", probe.panics());
 
-    let mut urls = urls(&real);
-    urls.push(fakes[0].url());
+    // Contenders over 2 real nodes and the misbehaving one.
+    let [fake, _] = fakes;
+    let cluster = Cluster::from_servers(real).with_fake(fake);
+    let schedule = Schedule::new().wait(ci_or_soak(CI_BROKEN_NODE_FOR, SOAK_BROKEN_NODE_FOR));
+    let (report, cluster) = checker.tail(ms(0)).run(cluster, schedule).await;
+    report.assert_safe();
+    assert!(report.acquisitions > 0);
+    let deadline = Instant::now() + ms(500);
+    while cluster.dbsizes().iter().any(|n| *n != Some(0)) {
+        assert!(Instant::now() < deadline, "keys left: {:?}", cluster.dbsizes());
+        tokio::time::sleep(ms(5)).await;
+    }
+}
+
+/// Over the `real` nodes and the `fake`, 20 rounds: each lock is granted
+/// (on both real nodes) and released everywhere real.
+async fn granted_by_two_real_nodes(real: &[RedisServer], fake: &FakeNode) {
+    let mut urls = urls(real);
+    urls.push(fake.url());
     let two_real = Redlock::builder()
         .nodes(urls)
-        .node_timeout(node_timeout)
+        .node_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();
     for round in 0..20 {
         let guard = two_real
-            .try_lock("bad-input", ttl)
+            .try_lock(UNCONTENDED_RESOURCE, TTL)
             .await
             .unwrap_or_else(|e| panic!("round {round}: 2 of 3 nodes are healthy: {e}"))
             .expect("free resource");
-        for server in &real {
-            assert_eq!(get(server, "bad-input").as_deref(), Some(guard.token()));
+        for server in real {
+            assert_eq!(get(server, UNCONTENDED_RESOURCE).as_deref(), Some(guard.token()));
         }
         let released = guard.release().await.expect("2 real nodes confirm the release");
         assert!(released.confirmed >= 2, "round {round}: {released:?}");
@@ -66,14 +98,19 @@ async fn broken_node_is_a_failed_node(misbehaviour: Misbehaviour, scenario: &str
         )
         .await;
     }
+}
 
+/// Over the `real` node and both `fakes`, 20 rounds: each attempt fails as
+/// `Unreachable`, the fakes its only failed nodes, and leaves no key on the
+/// real node.
+async fn unreachable_with_one_real_node(real: &RedisServer, fakes: &[FakeNode]) {
     let one_real = Redlock::builder()
-        .nodes([real[0].url(), fakes[0].url(), fakes[1].url()])
-        .node_timeout(node_timeout)
+        .nodes([real.url(), fakes[0].url(), fakes[1].url()])
+        .node_timeout(NODE_TIMEOUT)
         .build()
         .unwrap();
     for round in 0..20 {
-        match one_real.try_lock("bad-input", ttl).await {
+        match one_real.try_lock(UNCONTENDED_RESOURCE, TTL).await {
             Err(Error::Unreachable {
                 succeeded,
                 refused: 0,
@@ -101,31 +138,13 @@ async fn broken_node_is_a_failed_node(misbehaviour: Misbehaviour, scenario: &str
         // least sent the release (it runs behind the SET on the same
         // connection): the key is gone long before its 10 s ttl.
         let deadline = Instant::now() + ms(500);
-        while dbsize(&real[0]) != 0 {
+        while dbsize(real) != 0 {
             assert!(
                 Instant::now() < deadline,
                 "round {round}: a failed attempt leaked its key"
             );
             tokio::time::sleep(ms(5)).await;
         }
-    }
-    assert!(
-        fakes.iter().all(|f| f.misbehaved() > 0),
-        "the fakes were exercised"
-    );
-    assert!(probe.panics().is_empty(), "panics: {:?}", probe.panics());
-
-    // Contenders over 2 real nodes and the misbehaving one.
-    let [fake, _] = fakes;
-    let cluster = Cluster::from_servers(real).with_fake(fake);
-    let schedule = Schedule::new().wait(ci_or_soak(CI_BROKEN_NODE_FOR, SOAK_BROKEN_NODE_FOR));
-    let (report, cluster) = checker.tail(ms(0)).run(cluster, schedule).await;
-    report.assert_safe();
-    assert!(report.acquisitions > 0);
-    let deadline = Instant::now() + ms(500);
-    while cluster.dbsizes().iter().any(|n| *n != Some(0)) {
-        assert!(Instant::now() < deadline, "keys left: {:?}", cluster.dbsizes());
-        tokio::time::sleep(ms(5)).await;
     }
 }
 
