@@ -1,6 +1,8 @@
 //! (e) contended hand-off: 16 waiters take turns on one resource on 3
 //! nodes, holding it 1 ms each time. A task that released queues again only
-//! after someone else acquired, so every hand-off goes to a waiter.
+//! after someone else acquired, so every hand-off goes to a waiter. The
+//! fenced setup takes turns as the plain one on one client does, each
+//! acquisition also agreeing on a fencing token.
 //!
 //! Measured per round: the gap from the holder calling release to the next
 //! holder's lock call returning (the time the resource sits idle), hand-offs
@@ -8,6 +10,7 @@
 //! three nodes, before and after the round), and this process's CPU time
 //! per hand-off.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,18 +38,27 @@ pub enum Setup {
     OursShared,
     /// quorumlock, one client per task (16 processes).
     OursPerTask,
+    /// quorumlock with fencing tokens (`LockOptions::fenced`), 16 tasks
+    /// sharing one client.
+    OursFenced,
     /// rslock's `acquire` (polling with its default retry delay), one lock
     /// manager per task.
     Rslock,
 }
 
 impl Setup {
-    pub const ALL: [Setup; 3] = [Setup::OursShared, Setup::OursPerTask, Setup::Rslock];
+    pub const ALL: [Setup; 4] = [
+        Setup::OursShared,
+        Setup::OursPerTask,
+        Setup::OursFenced,
+        Setup::Rslock,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
             Setup::OursShared => "quorumlock, 16 tasks on one client",
             Setup::OursPerTask => "quorumlock, 16 clients",
+            Setup::OursFenced => "quorumlock fenced, 16 tasks on one client",
             Setup::Rslock => "rslock 0.10 (polling), 16 managers",
         }
     }
@@ -114,11 +126,18 @@ pub async fn run(nodes: &Nodes, rounds: usize, target: usize, warmup: usize) -> 
             .expect("quorumlock config")
     };
     let shared = build();
+    let fenced = {
+        let redlock = build();
+        redlock
+            .with_options(redlock.options().fenced(true))
+            .expect("fenced options")
+    };
     let mut waiters: Vec<Vec<Waiter>> = Vec::new();
     for setup in Setup::ALL {
         waiters.push(match setup {
             Setup::OursShared => (0..WAITERS).map(|_| Waiter::Ours(shared.clone())).collect(),
             Setup::OursPerTask => (0..WAITERS).map(|_| Waiter::Ours(build())).collect(),
+            Setup::OursFenced => (0..WAITERS).map(|_| Waiter::Ours(fenced.clone())).collect(),
             Setup::Rslock => (0..WAITERS)
                 .map(|_| Waiter::Rslock(rslock::LockManager::new(urls.clone())))
                 .collect(),
@@ -159,59 +178,58 @@ struct Turns {
     last: Option<Instant>,
 }
 
+/// What the waiters of one round share.
+struct Baton {
+    turns: Mutex<Turns>,
+    /// Acquisitions so far: a waiter that released waits for it to move on.
+    acquired: watch::Sender<usize>,
+    /// Lock calls that failed (and were retried).
+    errors: Mutex<usize>,
+}
+
+impl Baton {
+    fn new() -> Baton {
+        Baton {
+            turns: Mutex::default(),
+            acquired: watch::channel(0).0,
+            errors: Mutex::new(0),
+        }
+    }
+
+    /// Records an acquisition that just returned (and the gap since the
+    /// last release started); returns the acquisitions so far.
+    fn acquired_now(&self) -> usize {
+        let now = Instant::now();
+        let mut t = self.turns.lock().unwrap();
+        if let Some(at) = t.release_started.take() {
+            t.gaps.push(now - at);
+        }
+        t.first.get_or_insert(now);
+        t.last = Some(now);
+        let mut count = 0;
+        self.acquired.send_modify(|n| {
+            *n += 1;
+            count = *n;
+        });
+        count
+    }
+}
+
 /// One round: the waiters take turns until `target` acquisitions.
 async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: usize) -> Round {
     let before = nodes.command_calls(N);
     let cpu_before = cpu::this_process();
-    let turns = Arc::new(Mutex::new(Turns::default()));
-    let (acquired, _) = watch::channel(0usize);
-    let acquired = Arc::new(acquired);
-    let errors = Arc::new(Mutex::new(0usize));
+    let baton = Arc::new(Baton::new());
     let tasks: Vec<_> = waiters
         .iter()
         .cloned()
         .map(|waiter| {
-            let (turns, acquired, errors) = (Arc::clone(&turns), Arc::clone(&acquired), Arc::clone(&errors));
-            let resource = resource.to_owned();
-            tokio::spawn(async move {
-                let mut mine = 0;
-                loop {
-                    let held = loop {
-                        match acquire(&waiter, &resource).await {
-                            Ok(held) => break held,
-                            Err(_) => *errors.lock().unwrap() += 1,
-                        }
-                    };
-                    let now = Instant::now();
-                    let count = {
-                        let mut t = turns.lock().unwrap();
-                        if let Some(at) = t.release_started.take() {
-                            t.gaps.push(now - at);
-                        }
-                        t.first.get_or_insert(now);
-                        t.last = Some(now);
-                        let mut count = 0;
-                        acquired.send_modify(|n| {
-                            *n += 1;
-                            count = *n;
-                        });
-                        count
-                    };
-                    mine += 1;
-                    tokio::time::sleep(HOLD).await;
-                    turns.lock().unwrap().release_started = Some(Instant::now());
-                    release(held).await;
-                    if count >= target {
-                        return mine;
-                    }
-                    // Queue again only after someone else acquired.
-                    let mut seen = acquired.subscribe();
-                    let _ = seen.wait_for(|&n| n != count).await;
-                    if *seen.borrow() >= target {
-                        return mine;
-                    }
-                }
-            })
+            tokio::spawn(wait_for_turns(
+                waiter,
+                resource.to_owned(),
+                target,
+                Arc::clone(&baton),
+            ))
         })
         .collect();
     let mut per_task = Vec::new();
@@ -220,32 +238,66 @@ async fn take_turns(nodes: &Nodes, waiters: &[Waiter], resource: &str, target: u
     }
     let cpu = cpu::this_process() - cpu_before;
     let after = nodes.command_calls(N);
-    let turns = turns.lock().unwrap();
-    let handoffs = (*acquired.borrow()).saturating_sub(1);
+    let handoffs = (*baton.acquired.borrow()).saturating_sub(1);
     // Every figure of a round is per hand-off: without one there is none to give.
     assert!(
         handoffs > 0,
         "no lock passed from one holder to the next in this round"
     );
-    let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
-    let commands: u64 = after
-        .keys()
-        .filter(|name| *name != "info")
-        .map(|name| delta(name))
-        .sum();
+    let turns = baton.turns.lock().unwrap();
     Round {
         gaps: turns.gaps.clone(),
         handoffs,
         span: turns.last.zip(turns.first).map_or(Duration::ZERO, |(l, f)| l - f),
         requests_per_handoff: 0.0,
-        commands,
+        commands: commands_between(&before, &after),
         cpu,
-        errors: *errors.lock().unwrap(),
+        errors: *baton.errors.lock().unwrap(),
         min_max: (
             per_task.iter().copied().min().unwrap_or(0),
             per_task.iter().copied().max().unwrap_or(0),
         ),
     }
+}
+
+/// One waiter's part of a round: lock (retrying failed calls), hold,
+/// release, and queue again only after someone else acquired, until the
+/// round has `target` acquisitions. Returns the waiter's acquisitions.
+async fn wait_for_turns(waiter: Waiter, resource: String, target: usize, baton: Arc<Baton>) -> usize {
+    let mut mine = 0;
+    loop {
+        let held = loop {
+            match acquire(&waiter, &resource).await {
+                Ok(held) => break held,
+                Err(_) => *baton.errors.lock().unwrap() += 1,
+            }
+        };
+        let count = baton.acquired_now();
+        mine += 1;
+        tokio::time::sleep(HOLD).await;
+        baton.turns.lock().unwrap().release_started = Some(Instant::now());
+        release(held).await;
+        if count >= target {
+            return mine;
+        }
+        // Queue again only after someone else acquired.
+        let mut seen = baton.acquired.subscribe();
+        let _ = seen.wait_for(|&n| n != count).await;
+        if *seen.borrow() >= target {
+            return mine;
+        }
+    }
+}
+
+/// Commands the nodes executed between two `INFO commandstats` readings,
+/// those readings' own `INFO` left out.
+fn commands_between(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> u64 {
+    let delta = |name: &str| after.get(name).unwrap_or(&0) - before.get(name).unwrap_or(&0);
+    after
+        .keys()
+        .filter(|name| *name != "info")
+        .map(|name| delta(name))
+        .sum()
 }
 
 enum Held {

@@ -53,11 +53,35 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets, latency: bool,
     let proxies: Vec<Proxy> = (0..5).map(|i| nodes.proxy(i, LATENCY)).collect();
     let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let ping_p50 = ping(&urls[0]).await;
+    let latency = if latency {
+        let series = latency_rounds(&urls, rounds, budgets.latency).await;
+        eprintln!("  (c) done");
+        series
+    } else {
+        Vec::new()
+    };
+    if !hole {
+        return Network {
+            latency,
+            healthy: Vec::new(),
+            holed: Vec::new(),
+            ping_p50,
+        };
+    }
+    let (healthy, holed) = hole_rounds(nodes, proxies, &urls, rounds, budgets).await;
+    Network {
+        latency,
+        healthy,
+        holed,
+        ping_p50,
+    }
+}
 
-    // (c): N = 1 and N = 5 in the same rounds, so that their ratio is
-    // measured under the same load.
+/// (c): every kind at N = 1 and N = 5 in the same rounds, so that their
+/// ratio is measured under the same load.
+async fn latency_rounds(urls: &[String], rounds: usize, budget: Budget) -> Vec<Series> {
     let mut contenders = Vec::new();
-    for n in [1, 5].into_iter().filter(|_| latency) {
+    for n in [1, 5] {
         for kind in KINDS_C {
             contenders.push((n, kind, Contender::connect(kind, &urls[..n], true).await));
         }
@@ -67,46 +91,58 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets, latency: bool,
         .map(|(n, kind, contender)| Entry {
             name: format!("c:{n}:{kind:?}"),
             contender,
-            budget: budgets.latency,
+            budget,
         })
         .collect();
     let results = rounds::alternate(&entries, rounds).await;
-    let latency_series = contenders
+    contenders
         .iter()
         .zip(results)
         .map(|((n, kind, _), rounds)| Series {
             kind: *kind,
             n: *n,
             rounds,
-            cap: budgets.latency.cap,
+            cap: budget.cap,
         })
-        .collect();
-    drop(entries);
-    drop(contenders);
-    if latency {
-        eprintln!("  (c) done");
-    }
-    if !hole {
-        return Network {
-            latency: latency_series,
-            healthy: Vec::new(),
-            holed: Vec::new(),
-            ping_p50,
-        };
-    }
+        .collect()
+}
 
-    // (d): the fifth node also gets a second proxy; clients of the holed
-    // set connect through it while it is healthy, then it goes silent, as a
-    // node does when the network path to it fails.
+/// Whether `kind` is known to wait out timeouts or hang on a black-holed
+/// node, and so gets the slow budget of (d).
+fn slow_on_a_hole(kind: Kind) -> bool {
+    matches!(kind, Kind::Rslock | Kind::Redlock)
+}
+
+/// (d): the healthy five (`proxies`, at `urls`) against five with one
+/// black-holed, every kind in the same rounds; returns the healthy and the
+/// holed series.
+///
+/// The fifth node also gets a second proxy; clients of the holed set
+/// connect through it while it is healthy, then it goes silent, as a node
+/// does when the network path to it fails.
+async fn hole_rounds(
+    nodes: &Nodes,
+    proxies: Vec<Proxy>,
+    urls: &[String],
+    rounds: usize,
+    budgets: &Budgets,
+) -> (Vec<Series>, Vec<Series>) {
     let hole = nodes.proxy(4, LATENCY);
     let holed_urls: Vec<String> = urls[..4].iter().cloned().chain([hole.url()]).collect();
     let mut healthy_clients = Vec::new();
     let mut holed_clients = Vec::new();
     for kind in KINDS_D {
-        healthy_clients.push(Contender::connect(kind, &urls, true).await);
+        healthy_clients.push(Contender::connect(kind, urls, true).await);
         holed_clients.push(Contender::connect(kind, &holed_urls, true).await);
     }
     hole.black_hole();
+    let holed_budget = |kind| {
+        if slow_on_a_hole(kind) {
+            budgets.holed_slow
+        } else {
+            budgets.holed_fast
+        }
+    };
     let mut entries = Vec::new();
     for (i, kind) in KINDS_D.into_iter().enumerate() {
         entries.push(Entry {
@@ -114,15 +150,10 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets, latency: bool,
             contender: &healthy_clients[i],
             budget: budgets.healthy,
         });
-        let slow = matches!(kind, Kind::Rslock | Kind::Redlock);
         entries.push(Entry {
             name: format!("d:holed:{kind:?}"),
             contender: &holed_clients[i],
-            budget: if slow {
-                budgets.holed_slow
-            } else {
-                budgets.holed_fast
-            },
+            budget: holed_budget(kind),
         });
     }
     let mut results = rounds::alternate(&entries, rounds).await.into_iter();
@@ -135,16 +166,11 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets, latency: bool,
             rounds: h,
             cap: budgets.healthy.cap,
         });
-        let slow = matches!(kind, Kind::Rslock | Kind::Redlock);
         holed.push(Series {
             kind,
             n: 5,
             rounds: b,
-            cap: if slow {
-                budgets.holed_slow.cap
-            } else {
-                budgets.holed_fast.cap
-            },
+            cap: holed_budget(kind).cap,
         });
     }
     eprintln!("  (d) done");
@@ -152,12 +178,7 @@ pub async fn run(nodes: &Nodes, rounds: usize, budgets: &Budgets, latency: bool,
     // thread stuck on the black hole.
     drop(hole);
     drop(proxies);
-    Network {
-        latency: latency_series,
-        healthy,
-        holed,
-        ping_p50,
-    }
+    (healthy, holed)
 }
 
 /// p50 of 50 `PING`s over one connection to `url` (µs).

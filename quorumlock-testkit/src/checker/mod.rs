@@ -55,7 +55,7 @@ use tokio_util::sync::CancellationToken;
 use self::contender::{Stats, contend};
 pub use self::report::{Holding, Report, overlaps};
 use self::report::{closest_handover, describe_overlaps};
-use self::schedule::run_schedule;
+use self::schedule::{FaultLog, run_schedule};
 use crate::faults::{Cluster, Schedule};
 use crate::panics::PanicProbe;
 
@@ -335,41 +335,14 @@ impl Checker {
         });
         let urls = cluster.urls();
         let started = Instant::now();
-        let mut tasks = Vec::new();
-        for id in 0..plan.contenders {
-            let renew = match plan.renewal {
-                Renewal::Auto => true,
-                Renewal::Off => false,
-                Renewal::Mixed => id % 2 == 0,
-            };
-            // Its own client: its own connections and watchdog.
-            let with_lock = match plan.api {
-                Api::TryLock => false,
-                Api::WithLock => true,
-                Api::Mixed => id % 3 == 2,
-            };
-            // `with_lock` waits with the library's retry: keep its attempts
-            // about as frequent as the others', and its waits short.
-            let mut builder = Redlock::builder()
-                .nodes(urls.clone())
-                .node_timeout(plan.node_timeout)
-                .auto_renew(renew)
-                .retry_delay((plan.retry.0 + plan.retry.1).max(Duration::from_millis(2)))
-                .wait(plan.ttl / 2);
-            if let Some((factor, fixed)) = plan.drift {
-                builder = builder.drift(factor, fixed);
-            }
-            let redlock = builder.build().expect("valid chaos client");
-            let rng = StdRng::seed_from_u64(self.rng.random());
-            tasks.push(tokio::spawn(contend(
-                id,
-                redlock,
-                with_lock,
-                Arc::clone(&plan),
-                Arc::clone(&shared),
-                rng,
-            )));
-        }
+        let tasks: Vec<_> = (0..plan.contenders)
+            .map(|id| {
+                let (redlock, with_lock) = plan.client(id, &urls);
+                let rng = StdRng::seed_from_u64(self.rng.random());
+                let (plan, shared) = (Arc::clone(&plan), Arc::clone(&shared));
+                tokio::spawn(contend(id, redlock, with_lock, plan, shared, rng))
+            })
+            .collect();
         let schedule_task = {
             let shared = Arc::clone(&shared);
             tokio::task::spawn_blocking(move || run_schedule(cluster, &schedule, &shared, started))
@@ -391,14 +364,29 @@ impl Checker {
                 Err(e) => std::panic::resume_unwind(e.into_panic()),
             }
         }
-        let mut history = std::mem::take(&mut *shared.history.lock().unwrap());
+        let history = std::mem::take(&mut *shared.history.lock().unwrap());
+        let report = self.report(history, stats, log, &probe, started);
+        report.print();
+        (report, cluster)
+    }
+
+    /// The report of a run: `history` (in the order the holdings ended),
+    /// the contenders' `stats`, the schedule's `log` and the panics seen.
+    fn report(
+        self,
+        mut history: Vec<Holding>,
+        stats: Stats,
+        log: FaultLog,
+        probe: &PanicProbe,
+        started: Instant,
+    ) -> Report {
         history.sort_by_key(|h| h.enter);
         let pairs = overlaps(&history);
         let overlap_examples = describe_overlaps(&history, &pairs, started);
-        let report = Report {
+        Report {
             scenario: self.scenario,
             seed: self.seed,
-            contenders: plan.contenders,
+            contenders: self.plan.contenders,
             rounds: stats.rounds,
             acquisitions: history.len(),
             acquisitions_degraded: history.iter().filter(|h| h.degraded).count(),
@@ -416,9 +404,37 @@ impl Checker {
             panics: probe.panics(),
             elapsed: started.elapsed(),
             history,
+        }
+    }
+}
+
+impl Plan {
+    /// Contender `id`'s own client (its own connections and watchdog, as a
+    /// separate process would have), and whether it takes the lock with
+    /// `with_lock`.
+    fn client(&self, id: usize, urls: &[String]) -> (Redlock, bool) {
+        let renew = match self.renewal {
+            Renewal::Auto => true,
+            Renewal::Off => false,
+            Renewal::Mixed => id.is_multiple_of(2),
         };
-        report.print();
-        (report, cluster)
+        let with_lock = match self.api {
+            Api::TryLock => false,
+            Api::WithLock => true,
+            Api::Mixed => id % 3 == 2,
+        };
+        // `with_lock` waits with the library's retry: keep its attempts
+        // about as frequent as the others', and its waits short.
+        let mut builder = Redlock::builder()
+            .nodes(urls.iter().cloned())
+            .node_timeout(self.node_timeout)
+            .auto_renew(renew)
+            .retry_delay((self.retry.0 + self.retry.1).max(Duration::from_millis(2)))
+            .wait(self.ttl / 2);
+        if let Some((factor, fixed)) = self.drift {
+            builder = builder.drift(factor, fixed);
+        }
+        (builder.build().expect("valid chaos client"), with_lock)
     }
 }
 

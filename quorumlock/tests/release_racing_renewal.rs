@@ -1,0 +1,72 @@
+//! A release racing a renewal round of its lock: the round's heal must not
+//! set the released key again, which would leave a key nobody owns for a
+//! whole ttl.
+
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use quorumlock_testkit::{builder, get, start_nodes};
+
+/// Renewal heals (re-sets our key where it is missing). A release that
+/// comes while a renewal round of its lock is being handed to the nodes must
+/// not be followed by that round's heal: it would leave a key nobody owns,
+/// for a whole ttl. Many locks are released at random times while a few
+/// thousand others make each renewal round long, and each released key is
+/// checked a moment after its release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_racing_renewals_leave_no_key() {
+    const BACKGROUND: usize = 2000;
+    const TASKS: usize = 32;
+    let nodes = std::sync::Arc::new(start_nodes(3));
+    let redlock: Redlock = builder(&nodes)
+        .node_timeout(Duration::from_millis(150))
+        .heal(true)
+        .build()
+        .expect("config");
+    let ttl = Duration::from_millis(600);
+    let background =
+        futures::future::join_all((0..BACKGROUND).map(|i| redlock.lock(format!("background:{i}"), ttl)))
+            .await;
+    let run_until = tokio::time::Instant::now() + Duration::from_secs(2);
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|task| {
+            let (redlock, nodes) = (redlock.clone(), std::sync::Arc::clone(&nodes));
+            tokio::spawn(async move {
+                let mut healed = Vec::new();
+                let mut round = 0;
+                while tokio::time::Instant::now() < run_until {
+                    round += 1;
+                    let key = format!("race:{task}:{round}");
+                    let guard = redlock.lock(key.as_str(), ttl).await.expect("lock");
+                    let hold = Duration::from_millis(rand::random_range(0..400));
+                    tokio::time::sleep(hold).await;
+                    let token = guard.token().to_owned();
+                    guard.release().await.expect("release");
+                    // Well past any request handed over before or with the release.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    for node in nodes.iter() {
+                        if get(node, &key).as_deref() == Some(token.as_str()) {
+                            healed.push(format!("{key} on port {}", node.port()));
+                        }
+                    }
+                }
+                (round, healed)
+            })
+        })
+        .collect();
+    let mut releases = 0;
+    let mut healed = Vec::new();
+    for task in tasks {
+        let (rounds, found) = task.await.expect("no panic");
+        releases += rounds;
+        healed.extend(found);
+    }
+    assert!(
+        healed.is_empty(),
+        "{} of {releases} released keys were set again: {healed:?}",
+        healed.len()
+    );
+    for guard in background {
+        guard.expect("lock").release().await.expect("release");
+    }
+}
