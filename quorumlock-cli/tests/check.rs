@@ -7,6 +7,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Output, Stdio};
 
+use quorumlock::cli_probe::{COMMANDS, Need};
 use quorumlock_testkit::{Persistence, RedisServer, SkewedClock, dbsize};
 use serde_json::Value;
 
@@ -88,6 +89,7 @@ fn check_names_exactly_the_command_a_user_lacks() {
         ("-zremrangebyrank", "ZREMRANGEBYRANK", true),
         ("-publish", "PUBLISH", false),
         ("-subscribe", "SUBSCRIBE", false),
+        ("-unsubscribe", "UNSUBSCRIBE", false),
         ("-ping", "PING", false),
         ("-wait", "WAIT", false),
         ("-type", "TYPE", false),
@@ -96,6 +98,15 @@ fn check_names_exactly_the_command_a_user_lacks() {
         ("-info", "INFO", false),
         ("-config|get", "CONFIG GET", false),
     ];
+    // Every command the library's list names is denied once here, at the
+    // level its need calls for: a command added to the list needs a case.
+    for command in COMMANDS {
+        let case = cases.iter().find(|(_, name, _)| *name == command.name);
+        let needed = case
+            .unwrap_or_else(|| panic!("no case denies {}", command.name))
+            .2;
+        assert_eq!(needed, command.need == Need::Lock, "{}", command.name);
+    }
     for (i, &(rule, command, needed)) in cases.iter().enumerate() {
         let url = user(&server, &format!("u{i}"), &["~*", "&*", "+@all", rule]);
         let out = check(&[url], &[]);

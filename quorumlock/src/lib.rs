@@ -32,6 +32,11 @@ pub mod blocking;
 mod idempotency;
 mod inspect;
 
+// For the quorumlock CLI's `check`, not covered by semver: the commands the
+// library sends a node, what each is needed for, and how to probe them.
+#[doc(hidden)]
+pub use wire::probe as cli_probe;
+
 pub use builder::{RedlockBuilder, redact_url};
 pub use client::Redlock;
 pub use config::{

@@ -1,17 +1,21 @@
 //! Permissions: every command the library sends a node, tried as the node
 //! URL's user, the way the library sends it.
 //!
-//! Redis checks a script's commands against the caller's ACL one by one as
-//! they run, so the commands the lock scripts run are tried inside one probe
-//! script, each under `pcall`: one denial does not hide the next. Plain
-//! commands (`SET NX PX`, `SCRIPT LOAD`, `EVALSHA`, `SUBSCRIBE`) are sent as
-//! such. Everything touches throwaway keys of the reserved `quorumlock:`
-//! namespace, which the probe deletes and which expire by themselves within
-//! [`PROBE_TTL_MS`] when the user may not delete them.
+//! The commands, what each is needed for and how to try each come from the
+//! library's wire layer ([`cli_probe`]): the commands the lock scripts run
+//! are tried inside one probe script, each under `pcall`, so that one
+//! denial does not hide the next; the others are sent alone. Everything
+//! touches throwaway keys of the reserved namespace, which the probe
+//! deletes and which expire by themselves within [`PROBE_TTL_MS`] when the
+//! user may not delete them.
 
 use std::time::Duration;
 
 use futures::StreamExt;
+use quorumlock::cli_probe::{
+    self, Command, EVALSHA, Need, Probe, SCRIPT_LOAD, SET, SUBSCRIBE, UNSUBSCRIBE, WAIT,
+};
+use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::time::timeout;
 
@@ -21,139 +25,6 @@ use super::{Level, Report};
 /// The ttl of every probe key: long enough to outlast the probe on a slow
 /// link, short enough that a key the user may not delete is gone soon.
 const PROBE_TTL_MS: u64 = 10_000;
-
-/// What the library needs a command for, which decides how much its
-/// absence matters.
-#[derive(Clone, Copy)]
-enum Need {
-    /// Every lock: without it the node can take no part in locks.
-    Lock,
-    /// The hand-off to waiters; without it they poll.
-    Handoff,
-    /// Replica-acknowledged locks (opt-in).
-    ReplicaAck,
-    /// The operator tools: `status` and `unlock`.
-    Operator,
-    /// Only this check's own view of the node.
-    Check,
-}
-
-/// Every command checked: its name as Redis spells it, what it is needed
-/// for, and what uses it.
-const COMMANDS: &[(&str, Need, &str)] = &[
-    (
-        "SCRIPT LOAD",
-        Need::Lock,
-        "every connection loads the lock scripts with it",
-    ),
-    (
-        "EVALSHA",
-        Need::Lock,
-        "releases, renewals and multi-key acquires call scripts with it",
-    ),
-    ("SET", Need::Lock, "locks are taken with SET key token NX PX ttl"),
-    ("GET", Need::Lock, "releases and renewals check the owner with it"),
-    ("DEL", Need::Lock, "releases delete the key with it"),
-    (
-        "EXISTS",
-        Need::Lock,
-        "multi-key acquires check their keys with it",
-    ),
-    ("MGET", Need::Lock, "batched releases read their keys with it"),
-    ("PEXPIRE", Need::Lock, "renewals extend the key with it"),
-    (
-        "PTTL",
-        Need::Lock,
-        "a waiting lock's attempts keep its queue alive with it",
-    ),
-    (
-        "TIME",
-        Need::Lock,
-        "renewals and fenced locks read the node's clock (and its rate) with it, and fail without it",
-    ),
-    ("ZADD", Need::Handoff, "waiters queue with it"),
-    ("ZREM", Need::Handoff, "waiters leave their queue with it"),
-    ("ZPOPMIN", Need::Handoff, "releases pop the next waiter with it"),
-    (
-        "ZRANGE",
-        Need::Lock,
-        "a release whose next waiter left looks further down the queue with it, and fails without it",
-    ),
-    (
-        "ZREMRANGEBYRANK",
-        Need::Lock,
-        "a release drops waiters that left the queue with it, and fails without it",
-    ),
-    ("PUBLISH", Need::Handoff, "releases wake the next waiter with it"),
-    ("SUBSCRIBE", Need::Handoff, "waiters listen for wake-ups with it"),
-    (
-        "PING",
-        Need::Handoff,
-        "idle wake-up connections are checked with it",
-    ),
-    (
-        "WAIT",
-        Need::ReplicaAck,
-        "replica-acknowledged locks wait for replicas with it",
-    ),
-    (
-        "TYPE",
-        Need::Operator,
-        "status and unlock tell a lock's token from other data with it",
-    ),
-    ("ZCARD", Need::Operator, "status counts a lock's waiters with it"),
-    (
-        "UNLINK",
-        Need::Operator,
-        "unlock --force deletes whatever holds a key with it",
-    ),
-    (
-        "INFO",
-        Need::Check,
-        "this check reads version, role and persistence with it",
-    ),
-    (
-        "CONFIG GET",
-        Need::Check,
-        "this check reads persistence and eviction settings with it",
-    ),
-];
-
-/// The probe: each command the lock scripts run, on the lock key KEYS[1]
-/// and the queue key KEYS[2], under `pcall`; returns the name and error of
-/// each one that failed. ARGV: token, ttl in ms, channel.
-const PROBE: &str = r"
-local failed = {}
-local function try(...)
-  local reply = redis.pcall(...)
-  if type(reply) == 'table' and reply.err then
-    failed[#failed + 1] = select(1, ...)
-    failed[#failed + 1] = reply.err
-  end
-end
-try('GET', KEYS[1])
-try('EXISTS', KEYS[1])
-try('MGET', KEYS[1])
-try('PEXPIRE', KEYS[1], ARGV[2])
-try('PTTL', KEYS[1])
-try('DEL', KEYS[1])
-try('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-try('DEL', KEYS[1])
-try('TYPE', KEYS[1])
-try('UNLINK', KEYS[1])
-try('TIME')
-try('ZADD', KEYS[2], 'NX', 1, ARGV[1])
-try('PEXPIRE', KEYS[2], ARGV[2])
-try('ZREM', KEYS[2], ARGV[1])
-try('ZADD', KEYS[2], 'NX', 1, ARGV[1])
-try('ZPOPMIN', KEYS[2])
-try('ZCARD', KEYS[2])
-try('ZRANGE', KEYS[2], 0, 0)
-try('ZREMRANGEBYRANK', KEYS[2], 0, 0)
-try('DEL', KEYS[2])
-try('PUBLISH', ARGV[3], ARGV[1])
-return failed
-";
 
 /// Whether a command failed for want of a permission (a command, a key or
 /// a channel), not for another reason.
@@ -169,20 +40,17 @@ fn denied_text(text: &str) -> bool {
 
 /// Records that the node's user may not run `command` (once per command),
 /// or may not use the probe's keys.
-pub(super) fn deny(report: &mut Report, command: &'static str, detail: &str) {
+pub(super) fn deny(report: &mut Report, command: &'static Command, detail: &str) {
     let detail = detail.trim();
     if detail.contains("keys") {
         deny_keys(report, detail);
         return;
     }
-    if report.missing.contains(&command) {
+    if report.missing.contains(&command.name) {
         return;
     }
-    let Some(&(_, need, why)) = COMMANDS.iter().find(|(name, _, _)| *name == command) else {
-        return;
-    };
-    report.missing.push(command);
-    let (level, consequence) = match need {
+    report.missing.push(command.name);
+    let (level, consequence) = match command.need {
         Need::Lock => (Level::Error, "this node can take no part in locks"),
         Need::Handoff => (
             Level::Warning,
@@ -199,30 +67,32 @@ pub(super) fn deny(report: &mut Report, command: &'static str, detail: &str) {
         Need::Check => (Level::Warning, "this check sees less; check the rest yourself"),
     };
     let grant = if detail.contains("channel") {
-        "allow &quorumlock:wake:*".to_owned()
+        format!("allow {}", cli_probe::channel_pattern())
     } else {
-        format!("grant +{}", command.to_lowercase().replace(' ', "|"))
+        format!("grant {}", command.acl_rule())
     };
+    let (name, why) = (command.name, command.why);
     report.add(
         level,
         "missing_permission",
-        format!("no permission for {command} ({detail}): {why}; without it {consequence}; {grant}"),
+        format!("no permission for {name} ({detail}): {why}; without it {consequence}; {grant}"),
     );
 }
 
-/// The user may not use keys in `quorumlock:*`. A warning: the lock keys
-/// are the caller's resource names, which the probe cannot know, while the
-/// hand-off's queues do live there.
+/// The user may not use keys in the reserved namespace. A warning: the lock
+/// keys are the caller's resource names, which the probe cannot know, while
+/// the hand-off's queues do live there.
 fn deny_keys(report: &mut Report, detail: &str) {
     if report.findings.iter().any(|f| f.code == "key_permission") {
         return;
     }
+    let (prefix, pattern) = (quorumlock::RESERVED_PREFIX, cli_probe::key_pattern());
     report.warn(
         "key_permission",
         format!(
-            "the user may not use the probe's keys in quorumlock:* ({detail}): the hand-off's queues live \
+            "the user may not use the probe's keys in {prefix}* ({detail}): the hand-off's queues live \
              there, so waiters fall back to polling, and the lock commands could not be tried; allow \
-             ~quorumlock:* and the lock keys"
+             {pattern} and the lock keys"
         ),
     );
 }
@@ -235,77 +105,90 @@ pub(super) async fn probe(
     limit: Duration,
     report: &mut Report,
 ) -> redis::RedisResult<()> {
-    let id = format!("{:032x}", rand::random::<u128>());
-    // One hash tag: both keys in one slot, for a Redis Cluster member.
-    let (key, queue) = (
-        format!("quorumlock:check:{{{id}}}"),
-        format!("quorumlock:waiters:{{{id}}}:quorumlock:check:{{{id}}}"),
-    );
-    let channel = format!("quorumlock:wake:check-{id}");
-    let token = id.clone();
+    let probe = Probe::new(&format!("{:032x}", rand::random::<u128>()));
+    let set = query::<Option<String>>(conn, limit, probe.set(PROBE_TTL_MS)).await;
+    allowed(report, &SET, set)?;
 
-    let mut set = redis::cmd("SET");
-    set.arg(&key).arg(&token).arg("NX").arg("PX").arg(PROBE_TTL_MS);
-    allowed(report, "SET", query::<Option<String>>(conn, limit, set).await)?;
-
-    let mut subscriber = subscribe(client, &channel, limit, report).await?;
-
-    let mut load = redis::cmd("SCRIPT");
-    load.arg("LOAD").arg(PROBE);
-    let sha = allowed(report, "SCRIPT LOAD", query::<String>(conn, limit, load).await)?;
-    let (mut ran, mut published) = (false, false);
-    if let Some(sha) = sha {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(sha)
-            .arg(2)
-            .arg(&key)
-            .arg(&queue)
-            .arg(&token)
-            .arg(PROBE_TTL_MS)
-            .arg(&channel);
-        if let Some(failed) = allowed(report, "EVALSHA", query::<Vec<String>>(conn, limit, call).await)? {
-            (ran, published) = (true, true);
-            for pair in failed.chunks(2) {
-                let [command, error] = pair else { continue };
-                if command == "PUBLISH" {
-                    published = false;
-                }
-                match COMMANDS.iter().find(|(name, _, _)| name == command) {
-                    Some(&(name, _, _)) if denied_text(error) => deny(report, name, error),
-                    _ => report.error(
-                        "command_failed",
-                        format!("{command} failed inside a script: {error}"),
-                    ),
-                }
-            }
-        }
-    }
-    if !ran {
+    let mut subscriber = subscribe(client, &probe.channel, limit, report).await?;
+    let ran = run_script(conn, &probe, limit, report).await?;
+    if ran.is_none() {
         // The probe script did not delete the key: do it here (it expires anyway).
-        let mut del = redis::cmd("DEL");
-        del.arg(&key);
+        let mut del = cli_probe::DEL.cmd();
+        del.arg(&probe.key);
         let _ = query::<i64>(conn, limit, del).await;
     }
-    if let Some(subscriber) = subscriber.as_mut()
-        && published
-    {
-        let heard = timeout(limit, subscriber.on_message().next()).await;
-        let heard = heard.ok().flatten().and_then(|m| m.get_payload::<String>().ok());
-        if heard.as_deref() != Some(token.as_str()) {
-            report.warn(
-                "pubsub_silent",
-                format!(
-                    "a message published on {channel} did not arrive on a subscribed connection within {limit:?}: \
-                     waiters may not be woken by releases (they fall back to polling)"
-                ),
-            );
+    if let Some(subscriber) = subscriber.as_mut() {
+        if ran == Some(Published::Yes) {
+            listen(subscriber, &probe, limit, report).await;
         }
+        let left = timeout(limit, subscriber.unsubscribe(&probe.channel)).await;
+        allowed(
+            report,
+            &UNSUBSCRIBE,
+            left.unwrap_or_else(|_| Err(no_reply(limit))),
+        )?;
     }
 
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(0).arg(0);
-    allowed(report, "WAIT", query::<i64>(conn, limit, wait).await)?;
+    let wait = query::<i64>(conn, limit, cli_probe::wait()).await;
+    allowed(report, &WAIT, wait)?;
     Ok(())
+}
+
+/// Whether the probe script could publish on the probe's channel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Published {
+    Yes,
+    No,
+}
+
+/// Loads and runs the probe script and reports each command that failed
+/// in it; `None` when it could not run (reported).
+async fn run_script(
+    conn: &mut MultiplexedConnection,
+    probe: &Probe,
+    limit: Duration,
+    report: &mut Report,
+) -> redis::RedisResult<Option<Published>> {
+    let loaded = query::<String>(conn, limit, Probe::load()).await;
+    if allowed(report, &SCRIPT_LOAD, loaded)?.is_none() {
+        return Ok(None);
+    }
+    let ran = query::<Value>(conn, limit, probe.run(PROBE_TTL_MS)).await;
+    let Some(reply) = allowed(report, &EVALSHA, ran.and_then(Probe::failures))? else {
+        return Ok(None);
+    };
+    let mut published = Published::Yes;
+    for (name, error) in reply {
+        let command = Command::named(&name);
+        if command.is_some_and(|c| c.name == cli_probe::PUBLISH.name) {
+            published = Published::No;
+        }
+        match command {
+            Some(command) if denied_text(&error) => deny(report, command, &error),
+            _ => report.error(
+                "command_failed",
+                format!("{name} failed inside a script: {error}"),
+            ),
+        }
+    }
+    Ok(Some(published))
+}
+
+/// Warns when the message the probe script published does not reach the
+/// subscriber.
+async fn listen(subscriber: &mut redis::aio::PubSub, probe: &Probe, limit: Duration, report: &mut Report) {
+    let heard = timeout(limit, subscriber.on_message().next()).await;
+    let heard = heard.ok().flatten().and_then(|m| m.get_payload::<String>().ok());
+    if heard.as_deref() != Some(probe.token.as_str()) {
+        let channel = &probe.channel;
+        report.warn(
+            "pubsub_silent",
+            format!(
+                "a message published on {channel} did not arrive on a subscribed connection within {limit:?}: \
+                 waiters may not be woken by releases (they fall back to polling)"
+            ),
+        );
+    }
 }
 
 /// A subscriber to `channel` on a connection of its own, or `None` when the
@@ -323,14 +206,14 @@ async fn subscribe(
     })
     .await
     .unwrap_or_else(|_| Err(no_reply(limit)));
-    allowed(report, "SUBSCRIBE", subscribed)
+    allowed(report, &SUBSCRIBE, subscribed)
 }
 
 /// The reply, `None` when the command was denied (reported), or the error
 /// when it failed otherwise.
 fn allowed<T>(
     report: &mut Report,
-    command: &'static str,
+    command: &'static Command,
     result: redis::RedisResult<T>,
 ) -> redis::RedisResult<Option<T>> {
     match result {

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use quorumlock::cli_probe::{PTTL, TYPE};
 use redis::aio::MultiplexedConnection;
 
 use super::command::query;
@@ -79,7 +80,7 @@ pub(super) async fn inspect(
     report: &mut Report,
 ) -> redis::RedisResult<()> {
     for key in keys {
-        let (mut kind, mut pttl) = (redis::cmd("TYPE"), redis::cmd("PTTL"));
+        let (mut kind, mut pttl) = (TYPE.cmd(), PTTL.cmd());
         kind.arg(key);
         pttl.arg(key);
         let reply = match query::<String>(conn, limit, kind).await {

@@ -10,6 +10,7 @@
 
 mod access;
 mod command;
+mod help;
 mod keys;
 mod node;
 mod output;
@@ -20,54 +21,9 @@ use std::time::Duration;
 use crate::duration;
 use crate::{Nodes, exit, fail};
 
-const CHECK_HELP: &str = "\
-Examples:
-  quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
-  QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 quorumlock check --strict
-  quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json
-
-Permissions: every command the library sends is tried as the URL's user,
-on throwaway keys (quorumlock:check:{ID}, quorumlock:waiters:{ID}:quorumlock:check:{ID},
-deleted again, and expiring by themselves within seconds) and a throwaway channel
-(quorumlock:wake:check-ID). A user needs the lock keys, quorumlock:* keys and
-the quorumlock:wake:* channels: ~yourkeys:* ~quorumlock:* &quorumlock:wake:*
-(Redis 7 gives a new ACL user no channels). Missing commands every lock needs
-(SCRIPT LOAD, EVALSHA, SET, GET, DEL, EXISTS, MGET, PEXPIRE, PTTL, TIME, which
-renewals send, and ZRANGE and ZREMRANGEBYRANK, which a release runs when waiters
-left its queue) are errors; missing hand-off commands (ZADD, ZREM, ZPOPMIN,
-PUBLISH, SUBSCRIBE, PING: waiters then poll), WAIT (replica acknowledgement), TYPE,
-ZCARD and UNLINK (status and unlock), INFO and CONFIG GET (this check's own
-view) are warnings.
-
---key K: for each node, whether K is absent, held with a ttl, held WITHOUT a
-ttl (an error: no lock on K can be taken there until someone deletes it), or
-holds another type than a string (an error: other data uses the name).
-
---json prints one object instead of the table (usage errors stay on stderr):
-  status        \"ok\", \"warning\" or \"error\" (the worst finding)
-  exit_code     the exit status (0 or 1)
-  nodes_total, usable, majority
-  nodes         one object per node, in the order given:
-    index (from 1), node (host:port/db, never a password), status,
-    ping_ms, version, role, appendonly, appendfsync, clock_offset_ms,
-    clock_uncertainty_ms, clock_rate (the node's clock speed against this
-    host's: 1.0 is the same), clock_rate_error (each null when unknown),
-    missing_permissions (command names, e.g. [\"PUBLISH\"]),
-    keys: [{key, state (\"absent\", \"held\", \"held_without_ttl\",
-      \"wrong_type\", \"unknown\"), type, ttl_ms}],
-    findings: [{level (\"warning\", \"error\"), code, message}]
-  findings      about the set of nodes: [{level, code, message}]
-Codes are stable identifiers (e.g. unreachable, auth_failed, missing_permission,
-key_without_ttl, no_persistence); messages are for people and may change.
-
-Exit status: 0 when every node is usable (warnings allowed unless --strict),
-1 when a node is unreachable, refuses a command every lock needs, is a replica
-that refuses writes, is listed twice, or holds a --key without a ttl;
-2 on bad usage.";
-
 /// Options of `quorumlock check`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = CHECK_HELP)]
+#[command(after_help = help::text())]
 pub(crate) struct Args {
     #[command(flatten)]
     nodes: Nodes,

@@ -4,8 +4,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use quorumlock::cli_probe::{self, CONFIG_GET, INFO, PING, TIME};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ErrorKind};
+use redis::{AsyncConnectionConfig, ErrorKind, Value};
 use tokio::time::Instant;
 
 use super::command::query;
@@ -89,8 +90,8 @@ async fn inspect(
         "maxmemory-policy",
         "replica-read-only",
     ] {
-        let mut cmd = redis::cmd("CONFIG");
-        cmd.arg("GET").arg(name);
+        let mut cmd = CONFIG_GET.cmd();
+        cmd.arg(name);
         match query::<Vec<String>>(conn, args.timeout, cmd).await {
             Ok(pair) if pair.len() == 2 => {
                 settings.insert(name, pair[1].clone());
@@ -98,12 +99,13 @@ async fn inspect(
             Ok(_) => {}
             Err(e) => {
                 if access::is_denied(&e) {
-                    access::deny(report, "CONFIG GET", &e.to_string());
+                    access::deny(report, &CONFIG_GET, &e.to_string());
                 } else {
+                    let name = CONFIG_GET.name;
                     report.warn(
                         "config_unavailable",
                         format!(
-                            "CONFIG GET is not available ({e}): persistence and eviction settings are \
+                            "{name} is not available ({e}): persistence and eviction settings are \
                              unknown, check them yourself"
                         ),
                     );
@@ -136,10 +138,10 @@ async fn latency(
     let mut best = Duration::MAX;
     for _ in 0..SAMPLES {
         let start = Instant::now();
-        match query::<String>(conn, args.timeout, redis::cmd("PING")).await {
+        match query::<String>(conn, args.timeout, PING.cmd()).await {
             Ok(_) => best = best.min(start.elapsed()),
             Err(e) if access::is_denied(&e) => {
-                access::deny(report, "PING", &e.to_string());
+                access::deny(report, &PING, &e.to_string());
                 return Ok(());
             }
             Err(e) => return Err(e),
@@ -150,8 +152,9 @@ async fn latency(
         report.warn(
             "slow",
             format!(
-                "PING takes {}, more than the node timeout {}: lock requests to this node will time out \
+                "{} takes {}, more than the node timeout {}: lock requests to this node will time out \
                  (raise --node-timeout / RedlockBuilder::node_timeout, and the ttl with it)",
+                PING.name,
                 show(best),
                 show(args.nodes.node_timeout)
             ),
@@ -173,15 +176,11 @@ async fn read_time(
     args: &Args,
 ) -> redis::RedisResult<Option<(f64, Instant, Duration)>> {
     let start = Instant::now();
-    let reply: Vec<String> = query(conn, args.timeout, redis::cmd("TIME")).await?;
+    let reply: Value = query(conn, args.timeout, cli_probe::time()).await?;
     let rtt = start.elapsed();
-    Ok(match reply.as_slice() {
-        [secs, micros] => match (secs.parse::<f64>(), micros.parse::<f64>()) {
-            (Ok(secs), Ok(micros)) => Some((secs * 1e6 + micros, start + rtt / 2, rtt)),
-            _ => None,
-        },
-        _ => None,
-    })
+    // A reply of another shape leaves the rate unknown.
+    let node_us = cli_probe::parse_time(reply).ok();
+    Ok(node_us.map(|us| (us as f64, start + rtt / 2, rtt)))
 }
 
 /// The node's clock rate against ours: two readings [`RATE_SPAN`] apart,
@@ -225,19 +224,19 @@ async fn clock(
     for _ in 0..SAMPLES {
         let sent = SystemTime::now();
         let start = Instant::now();
-        let reply: Vec<String> = match query(conn, args.timeout, redis::cmd("TIME")).await {
+        let reply: Value = match query(conn, args.timeout, cli_probe::time()).await {
             Ok(reply) => reply,
             Err(e) if access::is_denied(&e) => {
-                access::deny(report, "TIME", &e.to_string());
+                access::deny(report, &TIME, &e.to_string());
                 return Ok(());
             }
             Err(e) => return Err(e),
         };
         let rtt = start.elapsed();
-        let node_us = match reply.as_slice() {
-            [secs, micros] => secs.parse::<f64>().unwrap_or(0.0) * 1e6 + micros.parse::<f64>().unwrap_or(0.0),
-            _ => continue,
+        let Ok(node_us) = cli_probe::parse_time(reply) else {
+            continue;
         };
+        let node_us = node_us as f64;
         let ours_us = (sent + rtt / 2)
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
@@ -348,12 +347,12 @@ async fn info(
     section: &str,
     report: &mut Report,
 ) -> redis::RedisResult<HashMap<String, String>> {
-    let mut cmd = redis::cmd("INFO");
+    let mut cmd = INFO.cmd();
     cmd.arg(section);
     let text: String = match query(conn, limit, cmd).await {
         Ok(text) => text,
         Err(e) if access::is_denied(&e) => {
-            access::deny(report, "INFO", &e.to_string());
+            access::deny(report, &INFO, &e.to_string());
             return Ok(HashMap::new());
         }
         Err(e) => return Err(e),

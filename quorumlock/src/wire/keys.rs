@@ -61,6 +61,19 @@ pub(crate) fn wake_channel(id: &str) -> String {
 /// also write it.
 pub(crate) const WAKE_PREFIX: &str = "quorumlock:wake:";
 
+/// The prefix of the throwaway lock keys that `quorumlock check` tries a
+/// node's permissions on: inside the reserved namespace, so that no lock
+/// can be one of them, and with their queue keys ([`queue`]) where the
+/// hand-off's queues live, under the permissions those need.
+pub(crate) const PROBE_PREFIX: &str = "quorumlock:check:";
+
+/// The wake-up channel that `quorumlock check` publishes on: a channel of
+/// the wake-up prefix, which the user needs, whose client id no client has
+/// (theirs are hex), so that no waiter hears the probe.
+pub(crate) fn probe_channel(id: &str) -> String {
+    wake_channel(&format!("check-{id}"))
+}
+
 /// Whether `resource` lies in the reserved namespace.
 pub(crate) fn is_reserved(resource: &str) -> bool {
     resource.starts_with(RESERVED_PREFIX)

@@ -43,11 +43,13 @@
 
 pub(crate) mod batch;
 pub(crate) mod clock;
+pub(crate) mod commands;
 pub(crate) mod fence;
 pub(crate) mod idempotency;
 pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod lock;
+pub mod probe;
 pub(crate) mod queue;
 pub(crate) mod replica;
 mod reply;
@@ -60,29 +62,34 @@ pub(crate) use self::reply::{millis, wrong_reply_count};
 pub(crate) use self::request::Request;
 pub(crate) use self::script::MAX_LOCK_KEYS;
 
-/// `SCRIPT LOAD` of every script a node connection must have loaded (all
-/// but the fenced write, which runs on the caller's own data store), as one
-/// pipeline.
+/// Every script a lock node runs: all but the fenced write, which runs on
+/// the caller's own data store. A node connection loads them all
+/// ([`load_all`]), and `quorumlock check` probes every command they call
+/// ([`commands`]); a test keeps every `script!` of this layer listed.
+pub(crate) static SCRIPTS: &[&script::Script] = &[
+    &lock::ACQUIRE,
+    &lock::RELEASE,
+    &lock::EXTEND,
+    &lock::RENEW,
+    &idempotency::CLAIM,
+    &idempotency::STORE,
+    &fence::FENCED_ACQUIRE,
+    &fence::PROPOSE,
+    &batch::BATCH,
+    &batch::BATCH_IN_ORDER,
+    &queue::REGISTER,
+    &queue::UNREGISTER,
+    &queue::ACQUIRE_OR_QUEUE,
+    &inspect::INSPECT,
+    &inspect::FORCE_DELETE,
+];
+
+/// `SCRIPT LOAD` of every script a node connection must have loaded
+/// ([`SCRIPTS`]), as one pipeline.
 pub(crate) fn load_all() -> redis::Pipeline {
     let mut pipe = redis::pipe();
-    for script in [
-        &lock::ACQUIRE,
-        &lock::RELEASE,
-        &lock::EXTEND,
-        &lock::RENEW,
-        &idempotency::CLAIM,
-        &idempotency::STORE,
-        &fence::FENCED_ACQUIRE,
-        &fence::PROPOSE,
-        &batch::BATCH,
-        &batch::BATCH_IN_ORDER,
-        &queue::REGISTER,
-        &queue::UNREGISTER,
-        &queue::ACQUIRE_OR_QUEUE,
-        &inspect::INSPECT,
-        &inspect::FORCE_DELETE,
-    ] {
-        pipe.cmd("SCRIPT").arg("LOAD").arg(script.source);
+    for script in SCRIPTS {
+        pipe.add_command(script.load());
     }
     pipe
 }

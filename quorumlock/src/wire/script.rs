@@ -18,6 +18,13 @@ impl Script {
         }
     }
 
+    /// The `SCRIPT LOAD` of this script, which every `EVALSHA` of it relies on.
+    pub(crate) fn load(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+
     /// An `EVALSHA` of this script with `key_count` keys; append the keys,
     /// then the `ARGV` values, with `arg`.
     pub(crate) fn begin(&self, key_count: usize) -> Cmd {

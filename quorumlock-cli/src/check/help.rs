@@ -1,0 +1,109 @@
+//! `check --help`: examples, the permissions a node's user needs, the
+//! `--key` states, the JSON fields and the exit status. The probe's names
+//! and the commands, grouped by what each is needed for, come from the
+//! library's list, so that the help names exactly what the check tries.
+
+use std::fmt::Write as _;
+
+use quorumlock::cli_probe::{self, COMMANDS, Need, Probe};
+
+const EXAMPLES: &str = "\
+Examples:
+  quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
+  QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 quorumlock check --strict
+  quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json";
+
+/// The width the command lists are wrapped to.
+const WIDTH: usize = 80;
+
+const REST: &str = "\
+--key K: for each node, whether K is absent, held with a ttl, held WITHOUT a
+ttl (an error: no lock on K can be taken there until someone deletes it), or
+holds another type than a string (an error: other data uses the name).
+
+--json prints one object instead of the table (usage errors stay on stderr):
+  status        \"ok\", \"warning\" or \"error\" (the worst finding)
+  exit_code     the exit status (0 or 1)
+  nodes_total, usable, majority
+  nodes         one object per node, in the order given:
+    index (from 1), node (host:port/db, never a password), status,
+    ping_ms, version, role, appendonly, appendfsync, clock_offset_ms,
+    clock_uncertainty_ms, clock_rate (the node's clock speed against this
+    host's: 1.0 is the same), clock_rate_error (each null when unknown),
+    missing_permissions (command names, e.g. [\"PUBLISH\"]),
+    keys: [{key, state (\"absent\", \"held\", \"held_without_ttl\",
+      \"wrong_type\", \"unknown\"), type, ttl_ms}],
+    findings: [{level (\"warning\", \"error\"), code, message}]
+  findings      about the set of nodes: [{level, code, message}]
+Codes are stable identifiers (e.g. unreachable, auth_failed, missing_permission,
+key_without_ttl, no_persistence); messages are for people and may change.
+
+Exit status: 0 when every node is usable (warnings allowed unless --strict),
+1 when a node is unreachable, refuses a command every lock needs, is a replica
+that refuses writes, is listed twice, or holds a --key without a ttl;
+2 on bad usage.";
+
+/// The text after the options.
+pub(super) fn text() -> String {
+    format!("{EXAMPLES}\n\n{}\n{REST}", permissions())
+}
+
+/// The probe's names, the patterns a user needs, and the commands by need.
+fn permissions() -> String {
+    let probe = Probe::new("ID");
+    let (keys, channels) = (cli_probe::key_pattern(), cli_probe::channel_pattern());
+    let mut text = format!(
+        "Permissions: every command the library sends is tried as the URL's user,
+on throwaway keys ({}, {},
+deleted again, and expiring by themselves within seconds) and a throwaway
+channel ({}). A user needs the lock keys, the reserved
+keys and the wake-up channels: ~yourkeys:* {keys} {channels}
+(Redis 7 gives a new ACL user no channels). A missing command is an error
+when every lock needs it, else a warning:
+",
+        probe.key, probe.queue, probe.channel
+    );
+    let mut needs: Vec<Need> = Vec::new();
+    for command in COMMANDS {
+        if !needs.contains(&command.need) {
+            needs.push(command.need);
+        }
+    }
+    for need in needs {
+        let names = COMMANDS.iter().filter(|c| c.need == need).map(|c| c.name);
+        wrap(&mut text, &format!("  {}:", label(need)), names);
+    }
+    text
+}
+
+fn label(need: Need) -> &'static str {
+    match need {
+        Need::Lock => "every lock (errors)",
+        Need::Handoff => "the hand-off (waiters then poll)",
+        Need::ReplicaAck => "replica acknowledgement",
+        Need::Operator => "status and unlock",
+        Need::Check => "this check's own view",
+    }
+}
+
+/// `head` and the comma-separated `names`, wrapped to [`WIDTH`] with an
+/// indented continuation, as lines of `text`.
+fn wrap<'a>(text: &mut String, head: &str, names: impl Iterator<Item = &'a str>) {
+    let mut line = head.to_owned();
+    let mut names = names.peekable();
+    while let Some(name) = names.next() {
+        let word = if names.peek().is_some() {
+            format!("{name},")
+        } else {
+            name.to_owned()
+        };
+        if line.len() + 1 + word.len() > WIDTH {
+            let _ = writeln!(text, "{line}");
+            line = "    ".to_owned();
+        } else {
+            line.push(' ');
+        }
+        line.push_str(&word);
+    }
+    let _ = writeln!(text, "{line}");
+}
