@@ -2,13 +2,15 @@
 //! `check` (are the nodes fit for Redlock?), `status` and `unlock` (who
 //! holds a lock, and clearing it) and `demo`.
 
-// Unsafe only in small reviewed libc calls, each allowed where it is made.
+// Unsafe only in `sys`'s wrappers of libc calls, and where the command's
+// process is given its step between fork and exec (`start::spawn`).
 #![deny(unsafe_code)]
 
 mod check;
 #[cfg(feature = "demo")]
 mod demo;
 mod duration;
+mod exit;
 mod guardian;
 mod nodes;
 mod reap;
@@ -17,6 +19,7 @@ mod say;
 mod start;
 mod status;
 mod supervise;
+mod sys;
 mod tls;
 mod unlock;
 
@@ -24,38 +27,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+use exit::Exit;
 pub(crate) use nodes::Nodes;
-
-/// Exit statuses of the tool itself (`run` otherwise passes the command's through).
-pub(crate) mod exit {
-    /// `check`: at least one node is unusable (or, with `--strict`, has a warning).
-    pub(crate) const CHECK_FAILED: u8 = 1;
-    /// `status`: some key is held (and none indeterminate).
-    pub(crate) const HELD: u8 = 1;
-    /// `status`: some key is neither held nor free by a majority.
-    pub(crate) const INDETERMINATE: u8 = 3;
-    /// `unlock`: nothing was deleted (no node held the token or the key), or
-    /// the confirmation was declined.
-    pub(crate) const NOTHING_DELETED: u8 = 1;
-    /// Bad usage: unknown option, bad duration, no nodes, bad node URL.
-    pub(crate) const USAGE: u8 = 2;
-    /// Too many nodes failed or were too slow to reach a majority (sysexits' EX_UNAVAILABLE).
-    pub(crate) const UNREACHABLE: u8 = 69;
-    /// Another owner held the lock for the whole `--wait` (sysexits' EX_TEMPFAIL: try later).
-    pub(crate) const BUSY: u8 = 75;
-    /// The lock was lost (or about to be) while the command ran, or its validity passed
-    /// while quorumlock was stopped; the command was terminated. Also: the validity ran
-    /// out between taking the lock and the command's start; the command did not run.
-    /// Outside the sysexits meanings and the shell's 126+ range on purpose.
-    pub(crate) const LOST: u8 = 79;
-    /// quorumlock itself failed (not the command, not the nodes), e.g. its guardian
-    /// process died; a running command was terminated.
-    pub(crate) const INTERNAL: u8 = 125;
-    /// The command exists but could not be executed (as in the shell).
-    pub(crate) const CANNOT_EXECUTE: u8 = 126;
-    /// The command was not found (as in the shell).
-    pub(crate) const NOT_FOUND: u8 = 127;
-}
 
 const AFTER_HELP: &str = "\
 Nodes come from --nodes, --nodes-file or QUORUMLOCK_NODES (comma separated
@@ -76,20 +49,16 @@ Examples:
   quorumlock run --key ledger --fenced -- ./post.sh   (gets $QUORUMLOCK_FENCE_TOKEN)
   quorumlock status archive:nightly          (who holds it, for how long, waiters)
   quorumlock unlock archive:nightly --token 5f0c9e2a4b7d41e3a8c6f1b2d3e4a5b6
-  quorumlock unlock archive:nightly --force  (asks first; --yes in scripts)
+  quorumlock unlock archive:nightly --force  (asks first; --yes in scripts)";
 
-Exit statuses of `run`: the command's own (128+N when it died of signal N);
-  2 bad usage, 69 nodes unreachable, 75 lock busy, 79 lock lost (command
-  terminated, or not started), 125 quorumlock failed (command terminated), 126 command not
-  executable, 127 command not found.
-  `check`: 0 usable, 1 a node is unusable, 2 bad usage.
-  `status`: 0 every key free, 1 some key held, 3 some key indeterminate, 2 bad usage.
-  `unlock`: 0 deleted, 1 nothing to delete (or declined), 2 bad usage,
-  69 fewer than a majority of nodes answered.";
+/// The top-level help's closing text: the nodes, examples, exit statuses.
+fn after_help() -> String {
+    format!("{AFTER_HELP}\n\n{}", exit::table(None))
+}
 
 /// Distributed locks over N independent Redis nodes (Redlock).
 #[derive(Parser, Debug)]
-#[command(version, about, after_help = AFTER_HELP)]
+#[command(version, about, after_help = after_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -113,10 +82,11 @@ enum Command {
     Guardian,
 }
 
-/// Prints an error of the tool itself (not of the command) on stderr.
-pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+/// Prints an error of the tool itself (not of the command) on stderr, and
+/// returns the status to exit with.
+pub(crate) fn fail(status: Exit, message: impl std::fmt::Display) -> ExitCode {
     crate::say!("quorumlock: {message}");
-    ExitCode::from(code)
+    status.into()
 }
 
 fn main() -> ExitCode {
@@ -136,7 +106,7 @@ fn dispatch(cli: Cli) -> ExitCode {
     tls::install_provider();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(runtime) => runtime,
-        Err(e) => return fail(exit::INTERNAL, format!("cannot start the runtime: {e}")),
+        Err(e) => return fail(Exit::Internal, format!("cannot start the runtime: {e}")),
     };
     match cli.command {
         Command::Run(args) => runtime.block_on(run::run(args)),
