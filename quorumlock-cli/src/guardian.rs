@@ -42,7 +42,14 @@ use crate::sys::{self, Disposition, Readiness};
 pub(crate) const MESSAGE_LEN: usize = 16;
 
 /// The argument that makes the binary run as a guardian.
-pub(crate) const SUBCOMMAND: &str = "__guardian";
+const ARGUMENT: &str = "__guardian";
+
+/// Whether this process is a guardian: the binary run with [`ARGUMENT`]
+/// as its one argument.
+pub(crate) fn is_invoked() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    args.next().is_some_and(|arg| arg == ARGUMENT) && args.next().is_none()
+}
 
 /// What a message says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,7 +205,7 @@ impl Guardian {
 fn guardian_command(program: std::path::PathBuf, stdin: io::PipeReader) -> Command {
     let mut cmd = Command::new(program);
     cmd.arg0("quorumlock")
-        .arg(SUBCOMMAND)
+        .arg(ARGUMENT)
         .process_group(0)
         // Not to keep the caller's directory busy (an unmount) after quorumlock died.
         .current_dir("/")

@@ -1,17 +1,20 @@
 //! The `quorumlock` command-line tool: `run` (a flock(1) across machines),
 //! `check` (are the nodes fit for Redlock?), `status` and `unlock` (who
-//! holds a lock, and clearing it) and `demo`.
+//! holds a lock, and clearing it), `demo`, and the shell completions and
+//! man page made from its definition.
 
 // Unsafe only in `sys`'s wrappers of libc calls, and where the command's
 // process is given its step between fork and exec (`start::spawn`).
 #![deny(unsafe_code)]
 
 mod check;
+mod completions;
 #[cfg(feature = "demo")]
 mod demo;
 mod duration;
 mod exit;
 mod guardian;
+mod man;
 mod nodes;
 mod reap;
 mod run;
@@ -23,9 +26,10 @@ mod sys;
 mod tls;
 mod unlock;
 
+use std::io::{self, Write};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use exit::Exit;
 pub(crate) use nodes::Nodes;
@@ -58,7 +62,7 @@ fn after_help() -> String {
 
 /// Distributed locks over N independent Redis nodes (Redlock).
 #[derive(Parser, Debug)]
-#[command(version, about, after_help = after_help())]
+#[command(name = "quorumlock", version, about, after_help = after_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -77,9 +81,10 @@ enum Command {
     /// Contending workers over local (or given) nodes while a node crashes.
     #[cfg(feature = "demo")]
     Demo(demo::Args),
-    /// Internal: the guardian process of `run` (reads its pipe on stdin).
-    #[command(name = guardian::SUBCOMMAND, hide = true)]
-    Guardian,
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
+    /// Print the manual page, quorumlock(1), in roff (`quorumlock man | man -l -`).
+    Man,
 }
 
 /// Prints an error of the tool itself (not of the command) on stderr, and
@@ -90,32 +95,51 @@ pub(crate) fn fail(status: Exit, message: impl std::fmt::Display) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Command::Guardian = cli.command {
-        // A plain synchronous loop: no runtime, no threads.
+    // The guardian of `run` is this binary run with one argument of its own,
+    // not a command of the definition: the help, the completions and the man
+    // page show only what users type. It is a plain synchronous loop: no
+    // runtime, no threads.
+    if guardian::is_invoked() {
         return guardian::main();
     }
-    let code = dispatch(cli);
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Completions(args) => print(&completions::script(args.shell, Cli::command())),
+        Command::Man => match man::page(Cli::command()) {
+            Ok(page) => print(&page),
+            Err(e) => fail(Exit::Internal, format!("cannot make the man page: {e}")),
+        },
+        Command::Run(args) => on_runtime(run::run(args)),
+        Command::Check(args) => on_runtime(check::run(args)),
+        Command::Status(args) => on_runtime(status::run(args)),
+        Command::Unlock(args) => on_runtime(unlock::run(args)),
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => on_runtime(demo::run(args)),
+    };
     // What quorumlock said last (often why it failed) goes out before the
     // exit status, unless stderr is not being read.
     say::flush(say::FLUSH_LIMIT);
     code
 }
 
-fn dispatch(cli: Cli) -> ExitCode {
+/// Runs a command that talks to the nodes, on a runtime of one thread.
+fn on_runtime(command: impl Future<Output = ExitCode>) -> ExitCode {
     tls::install_provider();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => return fail(Exit::Internal, format!("cannot start the runtime: {e}")),
-    };
-    match cli.command {
-        Command::Run(args) => runtime.block_on(run::run(args)),
-        Command::Check(args) => runtime.block_on(check::run(args)),
-        Command::Status(args) => runtime.block_on(status::run(args)),
-        Command::Unlock(args) => runtime.block_on(unlock::run(args)),
-        #[cfg(feature = "demo")]
-        Command::Demo(args) => runtime.block_on(demo::run(args)),
-        Command::Guardian => guardian::main(),
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(command),
+        Err(e) => fail(Exit::Internal, format!("cannot start the runtime: {e}")),
+    }
+}
+
+/// Writes text made here (a completion script, the man page) to stdout. A
+/// reader that stops early (`| head`) has what it wanted: not a failure.
+fn print(text: &[u8]) -> ExitCode {
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            fail(Exit::Internal, format!("cannot write to stdout: {e}"))
+        }
+        _ => Exit::Success.into(),
     }
 }
 
