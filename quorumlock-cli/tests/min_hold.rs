@@ -2,14 +2,13 @@
 //! machine's crontab within a second runs once, because the lock outlives
 //! the job for longer than the others wait.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::{RedisServer, get, leftovers, pttl, start_nodes, urls};
+use quorumlock_testkit::cli::{Binary, exit, scratch};
+use quorumlock_testkit::{RedisServer, get, leftovers, pttl, start_nodes};
 
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
-const BUSY: i32 = 75;
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 const KEY: &str = "cron:once";
 
 /// When each of the five runs starts, after the first: all within a second,
@@ -17,15 +16,9 @@ const KEY: &str = "cron:once";
 const OFFSETS_MS: [u64; 5] = [0, 230, 470, 610, 940];
 const MIN_HOLD: Duration = Duration::from_secs(5);
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorumlock-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
 fn run(nodes: &[RedisServer], job: &str) -> Child {
-    Command::new(BIN)
+    QUORUMLOCK
+        .command(nodes)
         .args([
             "run",
             "--key",
@@ -42,8 +35,6 @@ fn run(nodes: &[RedisServer], job: &str) -> Child {
             "-c",
             job,
         ])
-        .env("QUORUMLOCK_NODES", urls(nodes).join(","))
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -101,7 +92,7 @@ fn a_job_started_everywhere_within_a_second_runs_once_per_min_hold() {
         let output = child.wait_with_output().expect("output");
         assert_eq!(
             output.status.code(),
-            Some(BUSY),
+            Some(exit::BUSY),
             "run {i} gave up waiting: {}",
             String::from_utf8_lossy(&output.stderr)
         );
