@@ -1,5 +1,6 @@
 //! Starting the command under a held lock: the start rule, the guardian
-//! first, then the command's process.
+//! first, then the command's process, with its lock in its environment and
+//! its own last steps between fork and exec.
 //!
 //! The command starts only while the lock has more validity left than the
 //! library's start margin (one renewal round, see
@@ -122,10 +123,12 @@ pub(crate) async fn stand_down(guardian: &mut Guardian, reaper: &mut Reaper) {
     }
 }
 
-/// The variables that tell the command about its lock.
-pub(crate) const KEY_ENV: &str = "QUORUMLOCK_KEY";
-pub(crate) const LOCK_TOKEN_ENV: &str = "QUORUMLOCK_LOCK_TOKEN";
-pub(crate) const FENCE_TOKEN_ENV: &str = "QUORUMLOCK_FENCE_TOKEN";
+/// The variable that tells the command its lock's key.
+const KEY_ENV: &str = "QUORUMLOCK_KEY";
+/// The variable that tells the command its lock's token (the keys' value).
+const LOCK_TOKEN_ENV: &str = "QUORUMLOCK_LOCK_TOKEN";
+/// The variable that tells the command its fencing token, when the lock is fenced.
+const FENCE_TOKEN_ENV: &str = "QUORUMLOCK_FENCE_TOKEN";
 
 /// The error (errno) of a spawn refused because the start deadline had
 /// passed: ETIME, "timer expired", which neither exec nor the other steps

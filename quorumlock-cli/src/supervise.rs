@@ -275,10 +275,8 @@ impl Job<'_> {
             Event::Reaped | Event::Poll => {}
             Event::Signal(libc::SIGTSTP) => {
                 if let Some(reason) = self.stop_and_resume() {
-                    state.verdict.give_up(Termination {
-                        status: Exit::Lost,
-                        reason,
-                    });
+                    // The group got SIGKILL already: no SIGTERM, no grace.
+                    state.verdict.give_up(lost(reason));
                     state.stage = Stage::Killing;
                 }
             }

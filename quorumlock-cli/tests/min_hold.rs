@@ -2,7 +2,7 @@
 //! machine's crontab within a second runs once, because the lock outlives
 //! the job for longer than the others wait.
 
-use std::process::{Child, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use quorumlock_testkit::cli::{Binary, exit, scratch};
@@ -41,6 +41,22 @@ fn run(nodes: &[RedisServer], job: &str) -> Child {
         .expect("spawn quorumlock run")
 }
 
+/// The first of `runs` to exit: its index and output (taken out of `runs`).
+fn first_to_exit(runs: &mut [Option<Child>], first_start: Instant) -> (usize, Output) {
+    loop {
+        for (i, slot) in runs.iter_mut().enumerate() {
+            if let Some(child) = slot
+                && child.try_wait().expect("try_wait").is_some()
+            {
+                let output = slot.take().expect("present").wait_with_output().expect("output");
+                return (i, output);
+            }
+        }
+        assert!(first_start.elapsed() < Duration::from_secs(20), "no run finished");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn a_job_started_everywhere_within_a_second_runs_once_per_min_hold() {
     let nodes = start_nodes(3);
@@ -59,18 +75,7 @@ fn a_job_started_everywhere_within_a_second_runs_once_per_min_hold() {
 
     // The first run to exit is the one that ran the job: the others wait
     // (3 s) for a lock that stays taken for 5 s.
-    let (winner, output) = 'found: loop {
-        for (i, slot) in runs.iter_mut().enumerate() {
-            if let Some(child) = slot
-                && child.try_wait().expect("try_wait").is_some()
-            {
-                let output = slot.take().expect("present").wait_with_output().expect("output");
-                break 'found (i, output);
-            }
-        }
-        assert!(first_start.elapsed() < Duration::from_secs(20), "no run finished");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let (winner, output) = first_to_exit(&mut runs, first_start);
     let ended = Instant::now();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "run {winner}: {stderr}");
