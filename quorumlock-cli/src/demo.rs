@@ -6,10 +6,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use quorumlock::Error;
+use quorumlock::{Error, Redlock};
 use tokio::time::Instant;
 
-use crate::{Nodes, exit, fail};
+use crate::exit::Exit;
+use crate::nodes::Resolved;
+use crate::{Nodes, fail};
 
 use quorumlock_testkit::server::{Persistence, RedisServer};
 
@@ -44,12 +46,32 @@ const TTL: Duration = Duration::from_secs(2);
 /// Simulated work inside the critical section.
 const WORK: Duration = Duration::from_millis(10);
 
+/// The workers' retry delay: short, so that a few seconds see many
+/// acquisitions.
+const RETRY_DELAY: Duration = Duration::from_millis(20);
+
+/// How long a worker waits for a busy resource before counting it busy.
+const WAIT: Duration = Duration::from_secs(1);
+
+/// How often the progress line is printed (and the crash schedule looked at).
+const TICK: Duration = Duration::from_secs(1);
+
+/// Errors printed per worker and kind; the rest are only counted.
+const ERRORS_SHOWN: usize = 3;
+
 #[derive(Default)]
 struct Counters {
     acquired: AtomicUsize,
     busy: AtomicUsize,
     lost: AtomicUsize,
     errors: AtomicUsize,
+}
+
+/// The resources: how many workers are inside each, and how often two were
+/// inside one at once.
+struct Arena {
+    inside: Vec<AtomicUsize>,
+    overlaps: AtomicUsize,
 }
 
 /// Marks a worker inside a resource's critical section; counts an overlap
@@ -60,9 +82,10 @@ struct Inside<'a> {
 }
 
 impl<'a> Inside<'a> {
-    fn enter(count: &'a AtomicUsize, overlaps: &AtomicUsize) -> Self {
+    fn enter(arena: &'a Arena, resource: usize) -> Self {
+        let count = &arena.inside[resource];
         if count.fetch_add(1, Ordering::SeqCst) != 0 {
-            overlaps.fetch_add(1, Ordering::SeqCst);
+            arena.overlaps.fetch_add(1, Ordering::SeqCst);
         }
         Inside { count }
     }
@@ -77,14 +100,56 @@ impl Drop for Inside<'_> {
 pub(crate) async fn run(args: Args) -> ExitCode {
     if args.local_nodes == 0 || args.workers == 0 || args.resources == 0 || args.seconds == 0 {
         return fail(
-            exit::USAGE,
+            Exit::Usage,
             "--local-nodes, --workers, --resources and --seconds must be at least 1",
         );
     }
     let nodes = match args.nodes.resolve() {
         Ok(nodes) => nodes,
-        Err(message) => return fail(exit::USAGE, message),
+        Err(message) => return fail(Exit::Usage, message),
     };
+    let (mut local, urls) = match local_or_given(&args, &nodes) {
+        Ok(started) => started,
+        Err(code) => return code,
+    };
+    let arena = Arc::new(Arena {
+        inside: (0..args.resources).map(|_| AtomicUsize::new(0)).collect(),
+        overlaps: AtomicUsize::new(0),
+    });
+    let end = Instant::now() + Duration::from_secs(args.seconds);
+    let mut counters = Vec::new();
+    let mut tasks = Vec::new();
+    for worker in 0..args.workers {
+        let built = nodes
+            .builder_over(&urls)
+            .map(|builder| builder.retry_delay(RETRY_DELAY).wait(WAIT).build());
+        let redlock = match built {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return fail(Exit::Usage, e),
+            Err(message) => return fail(Exit::Usage, message),
+        };
+        let mine = Arc::new(Counters::default());
+        counters.push(Arc::clone(&mine));
+        tasks.push(tokio::spawn(contend(
+            worker,
+            redlock,
+            Arc::clone(&arena),
+            mine,
+            end,
+        )));
+    }
+    if let Err(code) = crash_and_restart(&args, &mut local, &counters, end).await {
+        return code;
+    }
+    for task in tasks {
+        let _ = task.await;
+    }
+    report(&counters, arena.overlaps.load(Ordering::SeqCst))
+}
+
+/// Starts the local nodes when none were given; the servers (none for
+/// given nodes) and every node's URL, after printing what the demo does.
+fn local_or_given(args: &Args, nodes: &Resolved) -> Result<(Vec<RedisServer>, Vec<String>), ExitCode> {
     let mut local = Vec::new();
     let mut urls = nodes.urls.clone();
     if urls.is_empty() {
@@ -95,7 +160,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         for _ in 0..args.local_nodes {
             match RedisServer::try_start(Persistence::AofAlways, &[]) {
                 Ok(node) => local.push(node),
-                Err(e) => return fail(exit::UNREACHABLE, e),
+                Err(e) => return Err(fail(Exit::Unreachable, e)),
             }
         }
         urls = local.iter().map(RedisServer::url).collect();
@@ -112,71 +177,61 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         urls.len() / 2 + 1,
         urls.len()
     );
+    Ok((local, urls))
+}
 
-    let inside: Arc<Vec<AtomicUsize>> = Arc::new((0..args.resources).map(|_| AtomicUsize::new(0)).collect());
-    let overlaps = Arc::new(AtomicUsize::new(0));
-    let end = Instant::now() + Duration::from_secs(args.seconds);
-    let mut counters = Vec::new();
-    let mut tasks = Vec::new();
-    for worker in 0..args.workers {
-        let built = nodes.builder_over(&urls).map(|builder| {
-            builder
-                .retry_delay(Duration::from_millis(20))
-                .wait(Duration::from_secs(1))
-                .build()
-        });
-        let redlock = match built {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return fail(exit::USAGE, e),
-            Err(message) => return fail(exit::USAGE, message),
+/// One worker until `end`: takes the resources in turn, works inside each,
+/// and counts what happened.
+async fn contend(worker: usize, redlock: Redlock, arena: Arc<Arena>, counters: Arc<Counters>, end: Instant) {
+    let mut round = worker;
+    while Instant::now() < end {
+        round += 1;
+        let resource = round % arena.inside.len();
+        // The work is dropped (stops at its next await) if the lock is lost
+        // before it completes; with_lock then says so.
+        let work = async |_guard: &quorumlock::Guard| {
+            let _inside = Inside::enter(&arena, resource);
+            tokio::time::sleep(WORK).await;
         };
-        let mine = Arc::new(Counters::default());
-        counters.push(Arc::clone(&mine));
-        let (inside, overlaps) = (Arc::clone(&inside), Arc::clone(&overlaps));
-        tasks.push(tokio::spawn(async move {
-            let mut round = worker;
-            while Instant::now() < end {
-                round += 1;
-                let resource = round % inside.len();
-                // The work is dropped (stops at its next await) if the lock
-                // is lost before it completes; with_lock then says so.
-                let work = async |_guard: &quorumlock::Guard| {
-                    let _inside = Inside::enter(&inside[resource], &overlaps);
-                    tokio::time::sleep(WORK).await;
-                };
-                let outcome = redlock
-                    .with_lock(format!("demo:resource:{resource}"), TTL, work)
-                    .await;
-                let counter = match &outcome {
-                    Ok(()) => &mine.acquired,
-                    Err(Error::Held { .. }) => &mine.busy,
-                    Err(Error::Lost { .. }) => &mine.lost,
-                    Err(_) => &mine.errors,
-                };
-                let seen = counter.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = outcome
-                    && !matches!(e, Error::Held { .. })
-                    && seen < 3
-                {
-                    println!("  worker {worker}: {e}");
-                }
-            }
-        }));
+        let outcome = redlock
+            .with_lock(format!("demo:resource:{resource}"), TTL, work)
+            .await;
+        let counter = match &outcome {
+            Ok(()) => &counters.acquired,
+            Err(Error::Held { .. }) => &counters.busy,
+            Err(Error::Lost { .. }) => &counters.lost,
+            Err(_) => &counters.errors,
+        };
+        let seen = counter.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = outcome
+            && !matches!(e, Error::Held { .. })
+            && seen < ERRORS_SHOWN
+        {
+            println!("  worker {worker}: {e}");
+        }
     }
+}
 
+/// Until `end`, prints the acquisitions every second and, with local nodes,
+/// kills the middle one a third of the way in and restarts it two thirds in.
+/// Ctrl-C ends the demo (the error is its exit status).
+async fn crash_and_restart(
+    args: &Args,
+    local: &mut [RedisServer],
+    counters: &[Arc<Counters>],
+    end: Instant,
+) -> Result<(), ExitCode> {
     let victim = local.len() / 2;
-    let (kill_at, restart_at) = (
-        end - Duration::from_secs(args.seconds) * 2 / 3,
-        end - Duration::from_secs(args.seconds) / 3,
-    );
-    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let length = Duration::from_secs(args.seconds);
+    let (kill_at, restart_at) = (end - length * 2 / 3, end - length / 3);
+    let mut ticker = tokio::time::interval(TICK);
     let (mut killed, mut restarted) = (false, false);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = tokio::signal::ctrl_c() => {
                 crate::say!("interrupted: stopping");
-                return ExitCode::FAILURE;
+                return Err(Exit::DemoFailed.into());
             }
         }
         let now = Instant::now();
@@ -196,13 +251,9 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             args.seconds as f64 - end.saturating_duration_since(now).as_secs_f64()
         );
         if now >= end {
-            break;
+            return Ok(());
         }
     }
-    for task in tasks {
-        let _ = task.await;
-    }
-    report(&counters, overlaps.load(Ordering::SeqCst))
 }
 
 /// Prints the final table; success when something was acquired and no two
@@ -228,8 +279,8 @@ fn report(counters: &[Arc<Counters>], overlaps: usize) -> ExitCode {
         "acquisitions: {total}, losses signalled: {lost}, overlaps: {overlaps} (two holders of one resource at once)"
     );
     if overlaps == 0 && total > 0 {
-        ExitCode::SUCCESS
+        Exit::Success.into()
     } else {
-        ExitCode::FAILURE
+        Exit::DemoFailed.into()
     }
 }

@@ -13,7 +13,7 @@
 //! The protocol is a stream of fixed-size messages ([`MESSAGE_LEN`] bytes:
 //! a kind and a value, both little-endian `u64`):
 //! - [`Kind::Group`]: the command's process group id. The command writes it
-//!   itself, between fork and exec (see `supervise::spawn`), so the guardian
+//!   itself, between fork and exec (see `start::spawn`), so the guardian
 //!   knows the group before the command runs, with no window in between.
 //! - [`Kind::Deadline`]: the lock's hard validity deadline in CLOCK_MONOTONIC
 //!   nanoseconds (the clock is system-wide, so both processes read the same
@@ -28,19 +28,28 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::nodes;
+use crate::sys::{self, Disposition, Readiness};
 
 /// Bytes in one message: the kind, then the value.
 pub(crate) const MESSAGE_LEN: usize = 16;
 
 /// The argument that makes the binary run as a guardian.
-pub(crate) const SUBCOMMAND: &str = "__guardian";
+const ARGUMENT: &str = "__guardian";
+
+/// Whether this process is a guardian: the binary run with [`ARGUMENT`]
+/// as its one argument.
+pub(crate) fn is_invoked() -> bool {
+    let mut args = std::env::args_os().skip(1);
+    args.next().is_some_and(|arg| arg == ARGUMENT) && args.next().is_none()
+}
 
 /// What a message says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,29 +108,11 @@ pub(crate) mod status {
     pub(crate) const BROKEN: u8 = 3;
 }
 
-/// CLOCK_MONOTONIC now, in nanoseconds: the clock of the deadlines.
-pub(crate) fn mono_now_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid, writable timespec for the duration of the
-    // call; CLOCK_MONOTONIC is always supported on Linux.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    if rc != 0 {
-        return 0;
-    }
-    let secs = u64::try_from(now.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(now.tv_nsec).unwrap_or(0);
-    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
-}
-
 /// `valid_until` (tokio's monotonic clock) as a CLOCK_MONOTONIC deadline.
 pub(crate) fn deadline_ns(valid_until: Instant) -> u64 {
     // The raw clock is read first: the deadline then comes out a little
     // early rather than late, so the guardian never trusts a lapsed lock.
-    let mono = mono_now_ns();
+    let mono = sys::mono_now_ns();
     let left = valid_until.saturating_duration_since(Instant::now());
     mono.saturating_add(u64::try_from(left.as_nanos()).unwrap_or(u64::MAX))
 }
@@ -140,7 +131,7 @@ impl Guardian {
         let (reader, writer) = io::pipe()?;
         // A guardian that stops reading (stopped by someone) must never block
         // quorumlock's renewals behind a full pipe.
-        set_nonblocking(writer.as_raw_fd())?;
+        sys::set_nonblocking(writer.as_fd())?;
         // The running binary, even if its file was replaced or deleted since,
         // so that both ends speak the same protocol; /proc may be missing in
         // some containers, hence the fallback.
@@ -164,8 +155,8 @@ impl Guardian {
     }
 
     /// The write end, for the command to announce its group before exec.
-    pub(crate) fn fd(&self) -> RawFd {
-        self.pipe.as_raw_fd()
+    pub(crate) fn pipe(&self) -> BorrowedFd<'_> {
+        self.pipe.as_fd()
     }
 
     /// Sends the lock's validity deadline if it moved since the last one.
@@ -214,7 +205,7 @@ impl Guardian {
 fn guardian_command(program: std::path::PathBuf, stdin: io::PipeReader) -> Command {
     let mut cmd = Command::new(program);
     cmd.arg0("quorumlock")
-        .arg(SUBCOMMAND)
+        .arg(ARGUMENT)
         .process_group(0)
         // Not to keep the caller's directory busy (an unmount) after quorumlock died.
         .current_dir("/")
@@ -226,20 +217,6 @@ fn guardian_command(program: std::path::PathBuf, stdin: io::PipeReader) -> Comma
         cmd.env_remove(name);
     }
     cmd
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own, with integer arguments only.
-    #[allow(unsafe_code)]
-    let ok = unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
-    };
-    if ok {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// Why the guardian kills when the deadline passes.
@@ -261,28 +238,24 @@ const IGNORED: [libc::c_int; 7] = [
 /// and kills the command's group when quorumlock dies or the deadline passes.
 pub(crate) fn main() -> ExitCode {
     for signo in IGNORED {
-        // SAFETY: setting a signal's disposition to SIG_IGN installs no code
-        // of ours; the process is single-threaded at this point.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::signal(signo, libc::SIG_IGN);
-        }
+        sys::set_disposition(signo, Disposition::Ignore);
     }
-    // SAFETY: fd 0 is this process's stdin, opened by the parent; nothing
-    // else in the guardian uses it, so the File is its only owner.
-    #[allow(unsafe_code)]
-    let mut stdin = unsafe { File::from_raw_fd(libc::STDIN_FILENO) };
-    let mut group: Option<libc::pid_t> = None;
+    // Read unbuffered, from a descriptor of its own: std's stdin buffers, and
+    // could hold messages that poll would then not report.
+    let Ok(mut pipe) = io::stdin().as_fd().try_clone_to_owned().map(File::from) else {
+        return kill(None, status::BROKEN, "cannot read its pipe");
+    };
+    let mut group: Option<u32> = None;
     let mut deadline: Option<u64> = None;
     // The deadline passed while no group was known.
     let mut lapsed = false;
     let mut message = [0u8; MESSAGE_LEN];
     let mut filled = 0;
     loop {
-        let timeout_ms = match deadline {
-            None => -1,
+        let timeout = match deadline {
+            None => None,
             Some(at) => {
-                let now = mono_now_ns();
+                let now = sys::mono_now_ns();
                 if now >= at {
                     if group.is_some() {
                         return kill(group, status::DEADLINE, LAPSED);
@@ -294,17 +267,15 @@ pub(crate) fn main() -> ExitCode {
                     lapsed = true;
                     continue;
                 }
-                // Rounded up, so that poll does not wake just before the deadline.
-                let ms = (at - now).div_ceil(1_000_000);
-                libc::c_int::try_from(ms).unwrap_or(libc::c_int::MAX)
+                Some(Duration::from_nanos(at - now))
             }
         };
-        match ready(libc::STDIN_FILENO, libc::POLLIN, timeout_ms) {
+        match sys::ready(pipe.as_fd(), Readiness::Readable, timeout) {
             Ok(false) => continue,
             Ok(true) => {}
             Err(_) => return kill(group, status::BROKEN, "cannot poll its pipe"),
         }
-        match stdin.read(&mut message[filled..]) {
+        match pipe.read(&mut message[filled..]) {
             Ok(0) => return kill(group, status::ORPHANED, "quorumlock is gone"),
             Ok(n) => filled += n,
             Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) => {
@@ -322,63 +293,36 @@ pub(crate) fn main() -> ExitCode {
             // (the lock is never renewed after its validity passed).
             Some((Kind::Deadline, at)) if !lapsed => deadline = Some(at),
             Some((Kind::Deadline, _)) => {}
-            Some((Kind::Group, pgid)) => match libc::pid_t::try_from(pgid) {
-                // Group 1 would be init's, and our own would be a mistake.
-                Ok(pgid) if pgid > 1 && pgid != own_group() => {
+            Some((Kind::Group, pgid)) => match command_group(pgid) {
+                Some(pgid) => {
                     group = Some(pgid);
                     if lapsed {
                         return kill(group, status::DEADLINE, LAPSED);
                     }
                 }
-                _ => return kill(group, status::BROKEN, "was sent a bad process group"),
+                None => return kill(group, status::BROKEN, "was sent a bad process group"),
             },
             None => return kill(group, status::BROKEN, "was sent an unknown message"),
         }
     }
 }
 
-/// Whether `fd` became ready for `events` (or closed) within `timeout_ms`.
-/// A pipe is writable once it has room for an atomic write (PIPE_BUF
-/// bytes), more than one line of ours needs.
-fn ready(fd: RawFd, events: libc::c_short, timeout_ms: libc::c_int) -> io::Result<bool> {
-    let mut fds = [libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    }];
-    // SAFETY: `fds` is a valid array of one pollfd for the duration of the call.
-    #[allow(unsafe_code)]
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, timeout_ms) };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return if e.kind() == io::ErrorKind::Interrupted {
-            Ok(false)
-        } else {
-            Err(e)
-        };
-    }
-    Ok(n > 0)
-}
-
-fn own_group() -> libc::pid_t {
-    // SAFETY: getpgrp has no preconditions.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::getpgrp()
-    }
+/// The announced group, if it can be the command's: a process id, and
+/// neither init's group (1) nor the guardian's own, which would be a mistake.
+fn command_group(raw: u64) -> Option<u32> {
+    let pgid = u32::try_from(libc::pid_t::try_from(raw).ok()?).ok()?;
+    (pgid > 1 && pgid != sys::own_group()).then_some(pgid)
 }
 
 /// Kills the command's group (if known), says why on stderr, and returns
 /// `code` as the exit status.
-fn kill(group: Option<libc::pid_t>, code: u8, why: &str) -> ExitCode {
+fn kill(group: Option<u32>, code: u8, why: &str) -> ExitCode {
     if let Some(pgid) = group {
-        // SAFETY: kill(2) with a negative pid signals a process group; it has
-        // no memory-safety preconditions.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::kill(-pgid, libc::SIGKILL) };
         // Best effort, and never blocking: nobody may be reading stderr, and
         // a guardian stuck in a write would never exit.
-        if rc == 0 && ready(libc::STDERR_FILENO, libc::POLLOUT, 0).unwrap_or(false) {
+        if sys::signal_group(pgid, libc::SIGKILL)
+            && sys::ready(io::stderr().as_fd(), Readiness::Writable, Some(Duration::ZERO)).unwrap_or(false)
+        {
             let _ = writeln!(
                 io::stderr(),
                 "quorumlock guardian: {why}; killed the command's process group {pgid}"
@@ -412,9 +356,9 @@ mod tests {
     #[test]
     fn deadlines_are_on_the_raw_monotonic_clock() {
         let ahead = std::time::Duration::from_secs(5);
-        let before = mono_now_ns();
+        let before = sys::mono_now_ns();
         let deadline = deadline_ns(Instant::now() + ahead);
-        let after = mono_now_ns();
+        let after = sys::mono_now_ns();
         let ahead = u64::try_from(ahead.as_nanos()).unwrap();
         assert!(deadline >= before + ahead - 1_000_000, "{deadline} vs {before}");
         assert!(deadline <= after + ahead, "{deadline} vs {after}");

@@ -1,15 +1,20 @@
 //! The `quorumlock` command-line tool: `run` (a flock(1) across machines),
 //! `check` (are the nodes fit for Redlock?), `status` and `unlock` (who
-//! holds a lock, and clearing it) and `demo`.
+//! holds a lock, and clearing it), `demo`, and the shell completions and
+//! man page made from its definition.
 
-// Unsafe only in small reviewed libc calls, each allowed where it is made.
+// Unsafe only in `sys`'s wrappers of libc calls, and where the command's
+// process is given its step between fork and exec (`start::spawn`).
 #![deny(unsafe_code)]
 
 mod check;
+mod completions;
 #[cfg(feature = "demo")]
 mod demo;
 mod duration;
+mod exit;
 mod guardian;
+mod man;
 mod nodes;
 mod reap;
 mod run;
@@ -17,45 +22,17 @@ mod say;
 mod start;
 mod status;
 mod supervise;
+mod sys;
 mod tls;
 mod unlock;
 
+use std::io::{self, Write};
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
+use exit::Exit;
 pub(crate) use nodes::Nodes;
-
-/// Exit statuses of the tool itself (`run` otherwise passes the command's through).
-pub(crate) mod exit {
-    /// `check`: at least one node is unusable (or, with `--strict`, has a warning).
-    pub(crate) const CHECK_FAILED: u8 = 1;
-    /// `status`: some key is held (and none indeterminate).
-    pub(crate) const HELD: u8 = 1;
-    /// `status`: some key is neither held nor free by a majority.
-    pub(crate) const INDETERMINATE: u8 = 3;
-    /// `unlock`: nothing was deleted (no node held the token or the key), or
-    /// the confirmation was declined.
-    pub(crate) const NOTHING_DELETED: u8 = 1;
-    /// Bad usage: unknown option, bad duration, no nodes, bad node URL.
-    pub(crate) const USAGE: u8 = 2;
-    /// Too many nodes failed or were too slow to reach a majority (sysexits' EX_UNAVAILABLE).
-    pub(crate) const UNREACHABLE: u8 = 69;
-    /// Another owner held the lock for the whole `--wait` (sysexits' EX_TEMPFAIL: try later).
-    pub(crate) const BUSY: u8 = 75;
-    /// The lock was lost (or about to be) while the command ran, or its validity passed
-    /// while quorumlock was stopped; the command was terminated. Also: the validity ran
-    /// out between taking the lock and the command's start; the command did not run.
-    /// Outside the sysexits meanings and the shell's 126+ range on purpose.
-    pub(crate) const LOST: u8 = 79;
-    /// quorumlock itself failed (not the command, not the nodes), e.g. its guardian
-    /// process died; a running command was terminated.
-    pub(crate) const INTERNAL: u8 = 125;
-    /// The command exists but could not be executed (as in the shell).
-    pub(crate) const CANNOT_EXECUTE: u8 = 126;
-    /// The command was not found (as in the shell).
-    pub(crate) const NOT_FOUND: u8 = 127;
-}
 
 const AFTER_HELP: &str = "\
 Nodes come from --nodes, --nodes-file or QUORUMLOCK_NODES (comma separated
@@ -76,20 +53,16 @@ Examples:
   quorumlock run --key ledger --fenced -- ./post.sh   (gets $QUORUMLOCK_FENCE_TOKEN)
   quorumlock status archive:nightly          (who holds it, for how long, waiters)
   quorumlock unlock archive:nightly --token 5f0c9e2a4b7d41e3a8c6f1b2d3e4a5b6
-  quorumlock unlock archive:nightly --force  (asks first; --yes in scripts)
+  quorumlock unlock archive:nightly --force  (asks first; --yes in scripts)";
 
-Exit statuses of `run`: the command's own (128+N when it died of signal N);
-  2 bad usage, 69 nodes unreachable, 75 lock busy, 79 lock lost (command
-  terminated, or not started), 125 quorumlock failed (command terminated), 126 command not
-  executable, 127 command not found.
-  `check`: 0 usable, 1 a node is unusable, 2 bad usage.
-  `status`: 0 every key free, 1 some key held, 3 some key indeterminate, 2 bad usage.
-  `unlock`: 0 deleted, 1 nothing to delete (or declined), 2 bad usage,
-  69 fewer than a majority of nodes answered.";
+/// The top-level help's closing text: the nodes, examples, exit statuses.
+fn after_help() -> String {
+    format!("{AFTER_HELP}\n\n{}", exit::table(None))
+}
 
 /// Distributed locks over N independent Redis nodes (Redlock).
 #[derive(Parser, Debug)]
-#[command(version, about, after_help = AFTER_HELP)]
+#[command(name = "quorumlock", version, about, after_help = after_help())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -108,44 +81,65 @@ enum Command {
     /// Contending workers over local (or given) nodes while a node crashes.
     #[cfg(feature = "demo")]
     Demo(demo::Args),
-    /// Internal: the guardian process of `run` (reads its pipe on stdin).
-    #[command(name = guardian::SUBCOMMAND, hide = true)]
-    Guardian,
+    /// Print the completion script of a shell (bash, zsh, fish, elvish, powershell).
+    Completions(completions::Args),
+    /// Print the manual page, quorumlock(1), in roff (`quorumlock man | man -l -`).
+    Man,
 }
 
-/// Prints an error of the tool itself (not of the command) on stderr.
-pub(crate) fn fail(code: u8, message: impl std::fmt::Display) -> ExitCode {
+/// Prints an error of the tool itself (not of the command) on stderr, and
+/// returns the status to exit with.
+pub(crate) fn fail(status: Exit, message: impl std::fmt::Display) -> ExitCode {
     crate::say!("quorumlock: {message}");
-    ExitCode::from(code)
+    status.into()
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Command::Guardian = cli.command {
-        // A plain synchronous loop: no runtime, no threads.
+    // The guardian of `run` is this binary run with one argument of its own,
+    // not a command of the definition: the help, the completions and the man
+    // page show only what users type. It is a plain synchronous loop: no
+    // runtime, no threads.
+    if guardian::is_invoked() {
         return guardian::main();
     }
-    let code = dispatch(cli);
+    let cli = Cli::parse();
+    let code = match cli.command {
+        Command::Completions(args) => print(&completions::script(args.shell, Cli::command())),
+        Command::Man => match man::page(Cli::command()) {
+            Ok(page) => print(&page),
+            Err(e) => fail(Exit::Internal, format!("cannot make the man page: {e}")),
+        },
+        Command::Run(args) => on_runtime(run::run(args)),
+        Command::Check(args) => on_runtime(check::run(args)),
+        Command::Status(args) => on_runtime(status::run(args)),
+        Command::Unlock(args) => on_runtime(unlock::run(args)),
+        #[cfg(feature = "demo")]
+        Command::Demo(args) => on_runtime(demo::run(args)),
+    };
     // What quorumlock said last (often why it failed) goes out before the
     // exit status, unless stderr is not being read.
     say::flush(say::FLUSH_LIMIT);
     code
 }
 
-fn dispatch(cli: Cli) -> ExitCode {
+/// Runs a command that talks to the nodes, on a runtime of one thread.
+fn on_runtime(command: impl Future<Output = ExitCode>) -> ExitCode {
     tls::install_provider();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(runtime) => runtime,
-        Err(e) => return fail(exit::INTERNAL, format!("cannot start the runtime: {e}")),
-    };
-    match cli.command {
-        Command::Run(args) => runtime.block_on(run::run(args)),
-        Command::Check(args) => runtime.block_on(check::run(args)),
-        Command::Status(args) => runtime.block_on(status::run(args)),
-        Command::Unlock(args) => runtime.block_on(unlock::run(args)),
-        #[cfg(feature = "demo")]
-        Command::Demo(args) => runtime.block_on(demo::run(args)),
-        Command::Guardian => guardian::main(),
+    match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(runtime) => runtime.block_on(command),
+        Err(e) => fail(Exit::Internal, format!("cannot start the runtime: {e}")),
+    }
+}
+
+/// Writes text made here (a completion script, the man page) to stdout. A
+/// reader that stops early (`| head`) has what it wanted: not a failure.
+fn print(text: &[u8]) -> ExitCode {
+    let mut stdout = io::stdout().lock();
+    match stdout.write_all(text).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+            fail(Exit::Internal, format!("cannot write to stdout: {e}"))
+        }
+        _ => Exit::Success.into(),
     }
 }
 

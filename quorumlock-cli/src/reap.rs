@@ -1,4 +1,4 @@
-//! Reaping every child, and signalling process groups.
+//! Reaping every child.
 //!
 //! quorumlock is a child subreaper (PR_SET_CHILD_SUBREAPER): descendants of
 //! the command that lose their parent (a daemonising `&` job, a shell that
@@ -9,10 +9,11 @@
 //! quorumlock a correct PID 1 in a container.
 
 use std::io;
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::sys;
 
 /// Collects the exit statuses of quorumlock's children.
 pub(crate) struct Reaper {
@@ -25,13 +26,7 @@ impl Reaper {
     /// Makes quorumlock a subreaper and listens for SIGCHLD. Call before
     /// spawning any child, so that no exit goes unnoticed.
     pub(crate) fn new() -> io::Result<Reaper> {
-        // SAFETY: prctl with integer arguments only; it changes an attribute
-        // of this process and touches no memory of ours.
-        #[allow(unsafe_code)]
-        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
+        sys::become_subreaper()?;
         Ok(Reaper {
             sigchld: signal(SignalKind::child())?,
             watched: Vec::new(),
@@ -59,65 +54,10 @@ impl Reaper {
 
     /// Reaps every child that has exited.
     pub(crate) fn reap(&mut self) {
-        loop {
-            let mut raw = 0;
-            // SAFETY: `raw` is a valid, writable int for the duration of the
-            // call; WNOHANG makes it return at once.
-            #[allow(unsafe_code)]
-            let pid = unsafe { libc::waitpid(-1, &mut raw, libc::WNOHANG) };
-            if pid < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            // 0: children left, none exited; -1 (ECHILD): no children at all.
-            let Ok(pid) = u32::try_from(pid) else { return };
-            if pid == 0 {
-                return;
-            }
+        while let Some((pid, exited)) = sys::reap_exited() {
             if let Some((_, status)) = self.watched.iter_mut().find(|(p, _)| *p == pid) {
-                *status = Some(ExitStatus::from_raw(raw));
+                *status = Some(exited);
             }
         }
-    }
-}
-
-/// Sends `signo` to every process of group `pgid`. Errors (the group is
-/// gone) are ignored: there is nothing left to signal.
-pub(crate) fn signal_group(pgid: u32, signo: libc::c_int) {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return;
-    };
-    if pgid <= 1 {
-        return;
-    }
-    // SAFETY: kill(2) with a negative pid signals a process group; it has no
-    // memory-safety preconditions. The group is the command's, and its id is
-    // not reused while any process of the group remains.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::kill(-pgid, signo);
-    }
-}
-
-/// Whether any process (a zombie included) is left in group `pgid`.
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
-        return false;
-    };
-    // SAFETY: kill(2) with signal 0 only checks for existence and permission.
-    #[allow(unsafe_code)]
-    let rc = unsafe { libc::kill(-pgid, 0) };
-    // EPERM: a member we may not signal (it changed its credentials) is
-    // still a member.
-    rc == 0 || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
-}
-
-/// Stops quorumlock itself, as the default action of SIGTSTP would; returns
-/// once it is continued.
-pub(crate) fn stop_self() {
-    // SAFETY: raise(3) has no memory-safety preconditions; SIGSTOP stops
-    // every thread of the process until SIGCONT.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::raise(libc::SIGSTOP);
     }
 }

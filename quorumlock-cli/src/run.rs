@@ -50,11 +50,12 @@ use quorumlock::{DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Error, Guard, LockOption
 use tokio::time::Instant;
 
 use crate::duration::{self, show};
+use crate::exit::{self, Exit};
 use crate::guardian;
-use crate::reap::stop_self;
 use crate::start;
-use crate::supervise::{self, Ending, Job, Signals};
-use crate::{Nodes, exit, fail};
+use crate::supervise::{self, Ending, Job, Signals, Termination};
+use crate::sys;
+use crate::{Nodes, fail};
 
 /// The grace period when `--grace` is not given (and the ttl allows it):
 /// long enough for a command to flush and close what it has open, short
@@ -62,7 +63,11 @@ use crate::{Nodes, exit, fail};
 /// With a ttl under 20 s, half the ttl is used instead.
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
-const RUN_HELP: &str = "\
+/// `run --help`'s closing text: examples, what the command gets, the
+/// guarantees, the exit statuses.
+fn run_help() -> String {
+    format!(
+        "\
 Examples:
   # crontab: the nightly archive runs on one machine of the fleet; the others skip it
   0 3 * * * quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive
@@ -87,9 +92,9 @@ a nodes file, quorumlock's own environment (/proc/PID/environ).
 No process of that group runs without the lock:
   - the command starts only while the lock has more than --grace (and one
     renewal round) of validity left; if quorumlock was held up since taking the
-    lock, the command does not run (exit 79);
+    lock, the command does not run (exit {lost});
   - when the lock is lost, or less than --grace of validity is left unconfirmed,
-    the group gets SIGTERM, then SIGKILL after --grace (exit 79);
+    the group gets SIGTERM, then SIGKILL after --grace (exit {lost});
   - a guardian process kills the group if quorumlock dies (even by SIGKILL) or
     is stopped past the lock's validity;
   - processes left in the group after the command exits (a `&` job) get SIGTERM,
@@ -97,11 +102,15 @@ No process of that group runs without the lock:
 Signals INT, TERM, HUP, QUIT are forwarded to the group, with SIGKILL after
 --grace; the command's status is returned. Ctrl-Z stops the group and
 quorumlock; on continuing, the group resumes only if the lock is still held
-with more than --grace of validity left, else it is killed (exit 79).";
+with more than --grace of validity left, else it is killed (exit {lost}).\n\n{statuses}",
+        lost = Exit::Lost.code(),
+        statuses = exit::table(Some("run"))
+    )
+}
 
 /// Options of `quorumlock run`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = RUN_HELP)]
+#[command(after_help = run_help())]
 pub(crate) struct Args {
     /// The lock's resource name (the Redis key on every node).
     #[arg(long, value_name = "KEY")]
@@ -165,11 +174,11 @@ fn timing(args: &Args) -> Result<(Duration, Duration), String> {
 
 pub(crate) async fn run(args: Args) -> ExitCode {
     if args.key.is_empty() {
-        return fail(exit::USAGE, "--key must not be empty");
+        return fail(Exit::Usage, "--key must not be empty");
     }
     let (ttl, grace) = match timing(&args) {
         Ok(timing) => timing,
-        Err(message) => return fail(exit::USAGE, message),
+        Err(message) => return fail(Exit::Usage, message),
     };
     let mut options = LockOptions::new().wait(args.wait).fenced(args.fenced);
     if args.wait.is_zero() {
@@ -181,8 +190,8 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     let built = args.nodes.resolve().and_then(|nodes| nodes.builder());
     let redlock = match built.map(|b| b.options(options).build()) {
         Ok(Ok(redlock)) => redlock,
-        Ok(Err(e)) => return fail(exit::USAGE, e),
-        Err(message) => return fail(exit::USAGE, message),
+        Ok(Err(e)) => return fail(Exit::Usage, e),
+        Err(message) => return fail(Exit::Usage, message),
     };
     let code = hold(&args, &redlock, ttl, grace).await;
     finish(&redlock, code).await
@@ -206,7 +215,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
     // process killed mid-request, and a running command gets them forwarded.
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
-        Err(e) => return fail(exit::INTERNAL, format!("cannot install signal handlers: {e}")),
+        Err(e) => return fail(Exit::Internal, format!("cannot install signal handlers: {e}")),
     };
     let guard = match acquire(args, redlock, ttl, &mut signals).await {
         Ok(guard) => guard,
@@ -253,7 +262,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
         (status.code() != Some(i32::from(guardian::status::STOOD_DOWN)))
             .then(|| supervise::guardian_ended(status))
     });
-    if let Some((code, reason)) = termination {
+    if let Some(Termination { status: code, reason }) = termination {
         // Give back what is left of the lock (nothing, if it was lost).
         if guard.is_held() {
             let _ = guard.release().await;
@@ -292,13 +301,11 @@ async fn acquire(
             signo = signals.next() => {
                 if signo == libc::SIGTSTP {
                     // Nothing runs yet: stop as the default action would.
-                    stop_self();
+                    sys::stop_self();
                     continue;
                 }
-                return Err(fail(
-                    128 + signo as u8,
-                    format!("interrupted (signal {signo}) while waiting for lock {:?}", args.key),
-                ));
+                crate::say!("quorumlock: interrupted (signal {signo}) while waiting for lock {:?}", args.key);
+                return Err(ExitCode::from(exit::signalled(signo)));
             }
         }
     }
@@ -333,10 +340,10 @@ async fn release(args: &Args, guard: Guard, ttl: Duration) {
 /// The exit status and message for a lock that could not be taken.
 fn lock_failed(args: &Args, error: &Error) -> ExitCode {
     let code = match error {
-        Error::Held { .. } => exit::BUSY,
-        Error::Config(_) => exit::USAGE,
-        Error::Unreachable { .. } | Error::ValidityUsedUp { .. } => exit::UNREACHABLE,
-        _ => exit::INTERNAL,
+        Error::Held { .. } => Exit::Busy,
+        Error::Config(_) => Exit::Usage,
+        Error::Unreachable { .. } | Error::ValidityUsedUp { .. } => Exit::Unreachable,
+        _ => Exit::Internal,
     };
     let waited = if args.wait.is_zero() {
         "one attempt".to_owned()
@@ -344,8 +351,8 @@ fn lock_failed(args: &Args, error: &Error) -> ExitCode {
         format!("waited {}", show(args.wait))
     };
     match code {
-        exit::BUSY => fail(code, format!("lock {:?} is busy ({waited}): {error}", args.key)),
-        exit::USAGE => fail(code, error),
+        Exit::Busy => fail(code, format!("lock {:?} is busy ({waited}): {error}", args.key)),
+        Exit::Usage => fail(code, error),
         _ => fail(
             code,
             format!("cannot take lock {:?} ({waited}): {error}", args.key),
@@ -357,9 +364,9 @@ fn lock_failed(args: &Args, error: &Error) -> ExitCode {
 /// killed it (as shells report it).
 fn code_of(status: ExitStatus) -> u8 {
     match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code).unwrap_or(exit::INTERNAL),
-        (None, Some(signo)) => u8::try_from(128 + signo).unwrap_or(exit::INTERNAL),
-        (None, None) => exit::INTERNAL,
+        (Some(code), _) => u8::try_from(code).unwrap_or(Exit::Internal.code()),
+        (None, Some(signo)) => exit::signalled(signo),
+        (None, None) => Exit::Internal.code(),
     }
 }
 

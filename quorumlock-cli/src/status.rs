@@ -9,7 +9,8 @@ use quorumlock::{Error, Inspection, KeyState, NodeError, Verdict};
 use serde_json::{Value, json};
 
 use crate::duration::show;
-use crate::{Nodes, exit, fail};
+use crate::exit::{self, Exit};
+use crate::{Nodes, fail};
 
 const STATUS_HELP: &str = "\
 Examples:
@@ -26,19 +27,21 @@ shown, unless released), free (a majority have no key) or indeterminate
 (nodes down or disagreeing). A snapshot: the lock may change hands at once.
 
 --json prints one object instead of the tables:
-  exit_code     the exit status
+  exit_code     the exit status (below)
   keys          one object per key, in the order given:
     key, verdict (\"held\", \"free\", \"indeterminate\"), token and
     valid_for_ms (null unless held), quorum, elapsed_ms,
     nodes: [{index (from 1), node (host:port/db, never a password), state,
-      value, type, ttl_ms, waiters, error (null unless failed)}]
+      value, type, ttl_ms, waiters, error (null unless failed)}]";
 
-Exit status: 0 when every key is free, 1 when some key is held (and none
-indeterminate), 3 when some key is indeterminate, 2 on bad usage.";
+/// `status --help`'s closing text: examples, the states, JSON, exit statuses.
+fn status_help() -> String {
+    format!("{STATUS_HELP}\n\n{}", exit::table(Some("status")))
+}
 
 /// Options of `quorumlock status`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = STATUS_HELP)]
+#[command(after_help = status_help())]
 pub(crate) struct Args {
     #[command(flatten)]
     nodes: Nodes,
@@ -53,33 +56,35 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> ExitCode {
     let redlock = match args.nodes.client() {
         Ok(redlock) => redlock,
-        Err(message) => return fail(exit::USAGE, message),
+        Err(message) => return fail(Exit::Usage, message),
     };
     let mut inspections = Vec::with_capacity(args.keys.len());
     for key in &args.keys {
         match redlock.inspect(key).await {
             Ok(inspection) => inspections.push(inspection),
-            Err(Error::Config(message)) => return fail(exit::USAGE, message),
-            Err(error) => return fail(exit::INTERNAL, error),
+            Err(Error::Config(message)) => return fail(Exit::Usage, message),
+            Err(error) => return fail(Exit::Internal, error),
         }
     }
-    let code = inspections
+    // The worst verdict of all keys: indeterminate, then held, then free
+    // (their statuses grow in that order).
+    let status = inspections
         .iter()
         .map(|i| match i.verdict {
-            Verdict::Free => 0,
-            Verdict::Held { .. } => exit::HELD,
-            _ => exit::INDETERMINATE,
+            Verdict::Free => Exit::Success,
+            Verdict::Held { .. } => Exit::Held,
+            _ => Exit::Indeterminate,
         })
-        .max()
-        .unwrap_or(0);
+        .max_by_key(|status| status.code())
+        .unwrap_or(Exit::Success);
     if args.json {
-        println!("{}", json(&inspections, code));
+        println!("{}", json(&inspections, status.code()));
     } else {
         for inspection in &inspections {
             print!("{}", human(inspection));
         }
     }
-    ExitCode::from(code)
+    status.into()
 }
 
 /// A key state's stable name (as `check --key` names them), its value and its ttl.

@@ -1,23 +1,27 @@
-//! Starting the command and watching over its process group while the lock
-//! is held: forwarding signals, terminating on loss, job control, and
-//! waiting until no process of the group is left.
+//! Watching over the command's process group while the lock is held:
+//! forwarding signals, terminating on loss, job control, and waiting until
+//! no process of the group is left.
+//!
+//! The supervisor's state is three small state machines, each moving only
+//! forward: whether quorumlock still vouches for the lock ([`Verdict`]), how
+//! far ending the group has gone ([`Stage`]), and whether the command, the
+//! group's leader, has exited ([`Leader`]). Each wake-up is an [`Event`],
+//! and [`Job::handle`] says what each one does to them.
 
-use std::ffi::OsString;
 use std::io;
-use std::os::fd::RawFd;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, ExitStatus};
+use std::process::ExitStatus;
 use std::time::Duration;
 
+use libc::c_int;
 use quorumlock::Guard;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, sleep, sleep_until};
 
 use crate::duration::show;
-use crate::exit;
-use crate::guardian::{self, Guardian, Kind};
-use crate::nodes;
-use crate::reap::{Reaper, group_alive, signal_group, stop_self};
+use crate::exit::Exit;
+use crate::guardian::{self, Guardian};
+use crate::reap::Reaper;
+use crate::sys;
 
 /// How often to look whether the command's group is empty once its leader
 /// has exited: the other members need not be our children, so their exits
@@ -32,117 +36,9 @@ const DEADLINE_REFRESHES_PER_TTL: u32 = 10;
 /// The shortest refresh period, so that a tiny ttl cannot make the loop spin.
 const MIN_DEADLINE_REFRESH: Duration = Duration::from_millis(1);
 
-/// The error (errno) of a spawn refused because the start deadline had
-/// passed: ETIME, "timer expired", which neither exec nor the other steps
-/// before it report.
-pub(crate) const TOO_LATE: i32 = libc::ETIME;
-
-/// The variables that tell the command about its lock.
-pub(crate) const KEY_ENV: &str = "QUORUMLOCK_KEY";
-pub(crate) const LOCK_TOKEN_ENV: &str = "QUORUMLOCK_LOCK_TOKEN";
-pub(crate) const FENCE_TOKEN_ENV: &str = "QUORUMLOCK_FENCE_TOKEN";
-
-/// What the command learns of the lock it runs under.
-#[derive(Debug)]
-pub(crate) struct LockEnv {
-    /// The lock's key.
-    pub(crate) key: String,
-    /// The lock's random token (the keys' value).
-    pub(crate) token: String,
-    /// The fencing token, when the lock is fenced.
-    pub(crate) fence: Option<u64>,
-}
-
-/// Starts the command in a new process group, killed if quorumlock dies
-/// (PR_SET_PDEATHSIG). Before exec, the child writes its group id to the
-/// guardian itself, and then closes its copy of the guardian's pipe: the
-/// command never runs before the guardian knows what to kill, and the
-/// guardian's end of file still means that quorumlock died.
-///
-/// std's `spawn` returns only once the child has exec'd (or failed to), so
-/// the group id cannot be forwarded by quorumlock before the command runs;
-/// hence the child announces itself.
-///
-/// The child compares CLOCK_MONOTONIC with `start_by` (nanoseconds on that
-/// clock) first and as the last thing before exec: when quorumlock was held
-/// up so long since it took the lock that the start deadline passed, the
-/// command is not executed and the spawn fails with [`TOO_LATE`]. Checked
-/// any earlier, a stall between the check and the exec could still start
-/// the command on a lapsed lock; a stall after it is the guardian's to end
-/// (it knows the group by then, and kills it at the validity deadline).
-pub(crate) fn spawn(
-    command: &[OsString],
-    lock: &LockEnv,
-    guardian: RawFd,
-    start_by: u64,
-) -> io::Result<std::process::Child> {
-    let Some((program, args)) = command.split_first() else {
-        return Err(io::Error::from(io::ErrorKind::InvalidInput));
-    };
-    let mut cmd = Command::new(program);
-    cmd.args(args).process_group(0);
-    for name in nodes::SECRET_ENV {
-        cmd.env_remove(name);
-    }
-    cmd.env(KEY_ENV, &lock.key).env(LOCK_TOKEN_ENV, &lock.token);
-    // An unfenced run under a fenced one must not pass the outer run's
-    // token on as its own.
-    match lock.fence {
-        Some(fence) => cmd.env(FENCE_TOKEN_ENV, fence.to_string()),
-        None => cmd.env_remove(FENCE_TOKEN_ENV),
-    };
-    let parent = std::process::id();
-    // SAFETY: everything in the closure is async-signal-safe: libc calls
-    // (prctl, getppid, getpid, getpgrp, signal, write, close, clock_gettime) on integers
-    // and a stack buffer, and io::Error values built from errno, which do
-    // not allocate. The descriptor is quorumlock's open pipe, inherited
-    // through fork; closing it affects only the child.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            // The parent may have died before prctl took effect.
-            if libc::getppid() as u32 != parent {
-                return Err(io::Error::from_raw_os_error(libc::ESRCH));
-            }
-            // Too late already: the guardian is not told of a group that
-            // will never run, so the spawn fails with TOO_LATE, not a kill.
-            if guardian::mono_now_ns() >= start_by {
-                return Err(io::Error::from_raw_os_error(TOO_LATE));
-            }
-            let pid = libc::getpid();
-            // std puts the child in its group before running this closure;
-            // never announce another group (quorumlock's) to the guardian.
-            if libc::getpgrp() != pid {
-                return Err(io::Error::from_raw_os_error(libc::EPERM));
-            }
-            let message = guardian::encode(Kind::Group, pid as u64);
-            // A dead guardian must fail the spawn (EPIPE), not kill the
-            // child with SIGPIPE, which std would take for a successful exec.
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-            let written = libc::write(guardian, message.as_ptr().cast(), message.len());
-            let error = io::Error::last_os_error();
-            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-            if written != message.len() as isize {
-                return Err(error);
-            }
-            libc::close(guardian);
-            // And once more as the very last step: a stall since the first
-            // check must not start the command either.
-            if guardian::mono_now_ns() >= start_by {
-                return Err(io::Error::from_raw_os_error(TOO_LATE));
-            }
-            Ok(())
-        });
-    }
-    cmd.spawn()
-}
-
 /// The signals quorumlock handles itself.
 pub(crate) struct Signals {
-    streams: Vec<(i32, Signal)>,
+    streams: Vec<(c_int, Signal)>,
 }
 
 impl Signals {
@@ -162,7 +58,7 @@ impl Signals {
     }
 
     /// The next signal received (cancel safe).
-    pub(crate) async fn next(&mut self) -> i32 {
+    pub(crate) async fn next(&mut self) -> c_int {
         let waits = self.streams.iter_mut().map(|(signo, stream)| {
             let signo = *signo;
             Box::pin(async move {
@@ -174,13 +70,21 @@ impl Signals {
     }
 }
 
+/// Why quorumlock ended the command's group on its own.
+#[derive(Debug)]
+pub(crate) struct Termination {
+    /// The status to exit with instead of the command's.
+    pub(crate) status: Exit,
+    /// What happened to the lock, to follow "lock KEY" in the message.
+    pub(crate) reason: String,
+}
+
 /// How the command's group ended.
 pub(crate) struct Ending {
     /// The exit status of the command (the group's leader).
     pub(crate) status: ExitStatus,
-    /// Set when quorumlock terminated the group for its own reasons: the exit
-    /// status to return instead of the command's, and why.
-    pub(crate) termination: Option<(u8, String)>,
+    /// Set when quorumlock terminated the group for its own reasons.
+    pub(crate) termination: Option<Termination>,
 }
 
 /// What the supervisor watches over.
@@ -195,96 +99,246 @@ pub(crate) struct Job<'a> {
     pub(crate) verbose: bool,
 }
 
+/// Whether quorumlock still vouches for the lock.
+enum Verdict {
+    /// It does: the loss, the validity and the guardian are watched.
+    Vouching,
+    /// It ended the group on its own, for this reason, and watches no more.
+    Terminated(Termination),
+}
+
+/// How far ending the command's group has gone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    /// Nothing has asked the group to end.
+    Running,
+    /// The group was sent SIGTERM (or a forwarded signal); SIGKILL follows
+    /// at `kill_at` unless the group is gone by then.
+    Ending { kill_at: Instant },
+    /// SIGKILL was sent. It is sent again on every look at a group whose
+    /// leader is gone, for a process forked while it was being delivered.
+    Killing,
+}
+
+/// Whether the command, the group's leader, has been seen to exit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leader {
+    /// It runs; its exit comes with a SIGCHLD.
+    Running,
+    /// It has exited and others of its group are left: they get SIGTERM
+    /// once, and the group is polled until it is empty.
+    Exited,
+}
+
+/// What woke the supervisor.
+enum Event {
+    /// A child exited (and was reaped).
+    Reaped,
+    /// quorumlock received this signal.
+    Signal(c_int),
+    /// The lock was lost.
+    LockLost,
+    /// Only the grace period of validity was left (unless renewal moved it).
+    ValidityLow,
+    /// SIGKILL is due.
+    KillDue,
+    /// The guardian's deadline is due for a refresh.
+    RefreshDue,
+    /// Time to look at a group whose leader is gone.
+    Poll,
+}
+
+/// The supervisor's state (see the module's doc).
+struct State {
+    verdict: Verdict,
+    stage: Stage,
+    leader: Leader,
+    next_refresh: Instant,
+}
+
+impl Verdict {
+    fn vouching(&self) -> bool {
+        matches!(self, Verdict::Vouching)
+    }
+
+    /// Gives up vouching for `termination`'s reason; whether this was the
+    /// first reason (the one reported).
+    fn give_up(&mut self, termination: Termination) -> bool {
+        if !self.vouching() {
+            return false;
+        }
+        *self = Verdict::Terminated(termination);
+        true
+    }
+
+    fn termination(self) -> Option<Termination> {
+        match self {
+            Verdict::Vouching => None,
+            Verdict::Terminated(termination) => Some(termination),
+        }
+    }
+}
+
+impl Stage {
+    /// Makes SIGKILL due at `at`, unless it is due earlier or was sent.
+    fn kill_by(&mut self, at: Instant) {
+        *self = match *self {
+            Stage::Running => Stage::Ending { kill_at: at },
+            Stage::Ending { kill_at } => Stage::Ending {
+                kill_at: kill_at.min(at),
+            },
+            Stage::Killing => Stage::Killing,
+        };
+    }
+
+    /// When SIGKILL is due, while it is.
+    fn kill_at(self) -> Option<Instant> {
+        match self {
+            Stage::Ending { kill_at } => Some(kill_at),
+            Stage::Running | Stage::Killing => None,
+        }
+    }
+}
+
 impl Job<'_> {
     /// Runs until the command has exited and no process of its group is
     /// left, forwarding signals and terminating the group when the lock is
     /// lost or about to be, or when the guardian fails.
     pub(crate) async fn supervise(&mut self) -> Ending {
-        let group = self.group;
-        let grace = self.grace;
         let refresh = (self.ttl / DEADLINE_REFRESHES_PER_TTL).max(MIN_DEADLINE_REFRESH);
-        let mut next_refresh = Instant::now() + refresh;
-        let mut termination: Option<(u8, String)> = None;
-        let mut kill_at: Option<Instant> = None;
-        // Once SIGKILL is due, it is sent again on every look at the group,
-        // for a process forked while the first one was being delivered.
-        let mut killing = false;
-        let mut leftovers_seen = false;
+        let mut state = State {
+            verdict: Verdict::Vouching,
+            stage: Stage::Running,
+            leader: Leader::Running,
+            next_refresh: Instant::now() + refresh,
+        };
         self.reaper.reap();
         loop {
-            if termination.is_none()
-                && !self.guardian.stood_down()
-                && let Some(status) = self.reaper.status(self.guardian.pid())
-            {
-                termination = Some(guardian_ended(status));
-                terminate(group, grace, &mut kill_at);
+            if let Some(status) = self.look(&mut state) {
+                let termination = state.verdict.termination();
+                return Ending { status, termination };
             }
-            if let Some(status) = self.reaper.status(group) {
-                if !group_alive(group) {
-                    return Ending { status, termination };
-                }
-                if killing {
-                    signal_group(group, libc::SIGKILL);
-                }
-                if !leftovers_seen {
-                    leftovers_seen = true;
-                    if self.verbose {
-                        crate::say!(
-                            "quorumlock: the command exited and left processes in its group; \
-                             terminating them before the release"
-                        );
-                    }
-                    terminate(group, grace, &mut kill_at);
+            let event = self.next_event(&state).await;
+            self.handle(event, &mut state, refresh);
+        }
+    }
+
+    /// Looks at the guardian and at the group: the command's exit status
+    /// once no process of its group is left.
+    fn look(&mut self, state: &mut State) -> Option<ExitStatus> {
+        if state.verdict.vouching()
+            && let Some(status) = self.guardian_exit()
+        {
+            self.give_up(state, guardian_ended(status));
+        }
+        let status = self.reaper.status(self.group)?;
+        if !sys::group_alive(self.group) {
+            return Some(status);
+        }
+        if state.stage == Stage::Killing {
+            sys::signal_group(self.group, libc::SIGKILL);
+        }
+        if state.leader == Leader::Running {
+            state.leader = Leader::Exited;
+            if self.verbose {
+                crate::say!(
+                    "quorumlock: the command exited and left processes in its group; \
+                     terminating them before the release"
+                );
+            }
+            self.end_group(&mut state.stage);
+        }
+        None
+    }
+
+    /// Waits for whatever comes first of what `state` waits for.
+    async fn next_event(&mut self, state: &State) -> Event {
+        let now = Instant::now();
+        let stop_at = self.guard.valid_until().checked_sub(self.grace).unwrap_or(now);
+        let vouching = state.verdict.vouching();
+        let kill_at = state.stage.kill_at();
+        tokio::select! {
+            biased;
+            () = self.reaper.changed() => Event::Reaped,
+            signo = self.signals.next() => Event::Signal(signo),
+            () = self.guard.lost(), if vouching => Event::LockLost,
+            () = sleep_until(stop_at), if vouching => Event::ValidityLow,
+            () = sleep_until(kill_at.unwrap_or(now)), if kill_at.is_some() => Event::KillDue,
+            () = sleep_until(state.next_refresh) => Event::RefreshDue,
+            () = sleep(GROUP_POLL), if state.leader == Leader::Exited => Event::Poll,
+        }
+    }
+
+    /// The transitions: what each event does to the group and to `state`.
+    fn handle(&mut self, event: Event, state: &mut State, refresh: Duration) {
+        match event {
+            Event::Reaped | Event::Poll => {}
+            Event::Signal(libc::SIGTSTP) => {
+                if let Some(reason) = self.stop_and_resume() {
+                    // The group got SIGKILL already: no SIGTERM, no grace.
+                    state.verdict.give_up(lost(reason));
+                    state.stage = Stage::Killing;
                 }
             }
-            let now = Instant::now();
-            let stop_at = self.guard.valid_until().checked_sub(grace).unwrap_or(now);
-            let leader_gone = self.reaper.status(group).is_some();
-            tokio::select! {
-                biased;
-                () = self.reaper.changed() => {}
-                signo = self.signals.next() => {
-                    if signo == libc::SIGTSTP {
-                        if let Some(reason) = self.stop_and_resume() {
-                            termination.get_or_insert((exit::LOST, reason));
-                            killing = true;
-                        }
-                    } else {
-                        signal_group(group, signo);
-                        // A command that ignores the signal must not keep the lock forever.
-                        arm(&mut kill_at, Instant::now() + grace);
-                    }
+            Event::Signal(signo) => {
+                sys::signal_group(self.group, signo);
+                // A command that ignores the signal must not keep the lock forever.
+                state.stage.kill_by(Instant::now() + self.grace);
+            }
+            Event::LockLost => self.give_up(state, lost("was lost".to_owned())),
+            Event::ValidityLow => {
+                // Renewal may have moved the validity meanwhile.
+                let stop_at = self.guard.valid_until().checked_sub(self.grace);
+                if stop_at.is_none_or(|at| at <= Instant::now()) {
+                    let reason = format!(
+                        "was not confirmed by a majority of nodes and had {} of validity left",
+                        show(self.grace)
+                    );
+                    self.give_up(state, lost(reason));
                 }
-                () = self.guard.lost(), if termination.is_none() => {
-                    termination = Some((exit::LOST, "was lost".to_owned()));
-                    terminate(group, grace, &mut kill_at);
+            }
+            Event::KillDue => {
+                sys::signal_group(self.group, libc::SIGKILL);
+                state.stage = Stage::Killing;
+            }
+            Event::RefreshDue => {
+                state.next_refresh = Instant::now() + refresh;
+                if let Err(e) = self.guardian.update(self.guard.valid_until()) {
+                    let reason = format!("cannot reach the guardian ({e})");
+                    self.give_up(
+                        state,
+                        Termination {
+                            status: Exit::Internal,
+                            reason,
+                        },
+                    );
                 }
-                () = sleep_until(stop_at), if termination.is_none() => {
-                    // Renewal may have moved the validity meanwhile.
-                    if self.guard.valid_until().checked_sub(grace).is_none_or(|at| at <= Instant::now()) {
-                        termination = Some((exit::LOST, format!(
-                            "was not confirmed by a majority of nodes and had {} of validity left",
-                            show(grace)
-                        )));
-                        terminate(group, grace, &mut kill_at);
-                    }
-                }
-                () = sleep_until(kill_at.unwrap_or(now)), if kill_at.is_some() && !killing => {
-                    signal_group(group, libc::SIGKILL);
-                    killing = true;
-                }
-                () = sleep_until(next_refresh) => {
-                    next_refresh = Instant::now() + refresh;
-                    if let Err(e) = self.guardian.update(self.guard.valid_until())
-                        && termination.is_none()
-                    {
-                        termination = Some((exit::INTERNAL, format!("cannot reach the guardian ({e})")));
-                        terminate(group, grace, &mut kill_at);
-                    }
-                }
-                () = sleep(GROUP_POLL), if leader_gone => {}
             }
         }
+    }
+
+    /// quorumlock can no longer vouch for the lock: the group is ended. Only
+    /// the first reason counts; later ones change nothing.
+    fn give_up(&self, state: &mut State, termination: Termination) {
+        if state.verdict.give_up(termination) {
+            self.end_group(&mut state.stage);
+        }
+    }
+
+    /// Sends SIGTERM to the group and has SIGKILL follow after the grace
+    /// period (or earlier, if it already was due earlier).
+    fn end_group(&self, stage: &mut Stage) {
+        sys::signal_group(self.group, libc::SIGTERM);
+        stage.kill_by(Instant::now() + self.grace);
+    }
+
+    /// The guardian's exit status, if it exited on its own (it was not told
+    /// to stand down).
+    fn guardian_exit(&self) -> Option<ExitStatus> {
+        if self.guardian.stood_down() {
+            return None;
+        }
+        self.reaper.status(self.guardian.pid())
     }
 
     /// Ctrl-Z: stops the command's group, then quorumlock itself, so that the
@@ -292,16 +346,16 @@ impl Job<'_> {
     /// the lock is still held with more than the grace period left;
     /// otherwise it is killed, and the reason returned.
     fn stop_and_resume(&mut self) -> Option<String> {
-        signal_group(self.group, libc::SIGSTOP);
-        stop_self();
+        sys::signal_group(self.group, libc::SIGSTOP);
+        sys::stop_self();
         if self.guard.is_held() && self.guard.remaining() > self.grace {
-            signal_group(self.group, libc::SIGCONT);
+            sys::signal_group(self.group, libc::SIGCONT);
             return None;
         }
         // SIGKILL first: continued before it, the command would run again
         // on a lock whose validity may have passed.
-        signal_group(self.group, libc::SIGKILL);
-        signal_group(self.group, libc::SIGCONT);
+        sys::signal_group(self.group, libc::SIGKILL);
+        sys::signal_group(self.group, libc::SIGCONT);
         Some(format!(
             "had less than {} of validity left when quorumlock was continued",
             show(self.grace)
@@ -309,28 +363,23 @@ impl Job<'_> {
     }
 }
 
-/// The exit status and reason for a guardian that exited on its own.
-pub(crate) fn guardian_ended(status: ExitStatus) -> (u8, String) {
-    match status.code().and_then(|c| u8::try_from(c).ok()) {
-        Some(guardian::status::DEADLINE) => (
-            exit::LOST,
-            "passed its validity deadline without renewal (quorumlock was stopped or stalled)".to_owned(),
-        ),
-        _ => (
-            exit::INTERNAL,
-            format!("is no longer guarded: the guardian process ended ({status})"),
-        ),
+/// The lock was lost (or is about to be), for `reason`.
+fn lost(reason: String) -> Termination {
+    Termination {
+        status: Exit::Lost,
+        reason,
     }
 }
 
-/// Sends SIGTERM to the group and has SIGKILL follow after the grace
-/// period (or earlier, if it already was due earlier).
-fn terminate(group: u32, grace: Duration, kill_at: &mut Option<Instant>) {
-    signal_group(group, libc::SIGTERM);
-    arm(kill_at, Instant::now() + grace);
-}
-
-/// Makes SIGKILL due at `at`, unless it already is earlier.
-fn arm(kill_at: &mut Option<Instant>, at: Instant) {
-    *kill_at = Some(kill_at.map_or(at, |due| due.min(at)));
+/// Why the command was ended when the guardian exited on its own.
+pub(crate) fn guardian_ended(status: ExitStatus) -> Termination {
+    match status.code().and_then(|c| u8::try_from(c).ok()) {
+        Some(guardian::status::DEADLINE) => lost(
+            "passed its validity deadline without renewal (quorumlock was stopped or stalled)".to_owned(),
+        ),
+        _ => Termination {
+            status: Exit::Internal,
+            reason: format!("is no longer guarded: the guardian process ended ({status})"),
+        },
+    }
 }

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 
 use quorumlock::{DeletedValue, Error, NodeError, UnlockOutcome, UnlockReport};
 
-use crate::{Nodes, exit, fail};
+use crate::exit::{self, Exit};
+use crate::{Nodes, fail};
 
 const UNLOCK_HELP: &str = "\
 Examples:
@@ -28,15 +29,18 @@ key, or finds the lock lost if another process took it. Until then both run.
 Clear only locks whose holder is known to be gone. The next queued waiter
 is woken at once.
 
-Exit status: 0 when a key was deleted and a majority of nodes answered,
-1 when there was nothing to delete (--token: no node held that token;
---force: no key) or the confirmation was declined, 2 on bad usage (including
---force without a terminal and without --yes), 69 when fewer than a majority
-of nodes answered (the nodes that did not keep the key until its ttl ends).";
+There is nothing to delete when no node holds T (--token) or has the key
+(--force). A node that does not answer keeps the key until its ttl ends: with
+fewer than a majority answering, the lock may stay taken until then.";
+
+/// `unlock --help`'s closing text: examples, the two ways, exit statuses.
+fn unlock_help() -> String {
+    format!("{UNLOCK_HELP}\n\n{}", exit::table(Some("unlock")))
+}
 
 /// Options of `quorumlock unlock`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = UNLOCK_HELP)]
+#[command(after_help = unlock_help())]
 pub(crate) struct Args {
     #[command(flatten)]
     nodes: Nodes,
@@ -62,7 +66,7 @@ pub(crate) struct Args {
 pub(crate) async fn run(args: Args) -> ExitCode {
     let redlock = match args.nodes.client() {
         Ok(redlock) => redlock,
-        Err(message) => return fail(exit::USAGE, message),
+        Err(message) => return fail(Exit::Usage, message),
     };
     let report = match &args.token {
         Some(token) => redlock.unlock(&args.key, token).await,
@@ -70,14 +74,14 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             if !args.yes {
                 if !std::io::stdin().is_terminal() {
                     return fail(
-                        exit::USAGE,
+                        Exit::Usage,
                         "--force deletes another holder's lock: refusing without a terminal to confirm \
                          on; add --yes",
                     );
                 }
                 if !confirm(&args.key) {
                     crate::say!("quorumlock: nothing deleted");
-                    return ExitCode::from(exit::NOTHING_DELETED);
+                    return Exit::NothingDeleted.into();
                 }
             }
             redlock.force_unlock(&args.key).await
@@ -85,8 +89,8 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     };
     match report {
         Ok(report) => outcome(&report),
-        Err(Error::Config(message)) => fail(exit::USAGE, message),
-        Err(error) => fail(exit::INTERNAL, error),
+        Err(Error::Config(message)) => fail(Exit::Usage, message),
+        Err(error) => fail(Exit::Internal, error),
     }
 }
 
@@ -133,12 +137,12 @@ fn outcome(report: &UnlockReport) -> ExitCode {
         report.nodes.len(),
         report.quorum
     );
-    let code = if answered < report.quorum {
-        exit::UNREACHABLE
+    let status = if answered < report.quorum {
+        Exit::Unreachable
     } else if deleted == 0 {
-        exit::NOTHING_DELETED
+        Exit::NothingDeleted
     } else {
-        0
+        Exit::Success
     };
-    ExitCode::from(code)
+    status.into()
 }

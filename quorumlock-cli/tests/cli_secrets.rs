@@ -5,20 +5,16 @@
 //! the password, given through the environment or a file.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
+use quorumlock_testkit::cli::{Binary, children, exit, scratch, text, wait_child};
 use quorumlock_testkit::{RedisServer, wait_until_exists};
 
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 
 /// The nodes' password: distinctive, so that finding it anywhere is a leak.
 const PASSWORD: &str = "Wombat7Quince19Xylophone";
-
-/// Exit statuses documented in `quorumlock --help`.
-const USAGE: i32 = 2;
-const UNREACHABLE: i32 = 69;
 
 /// How long a `quorumlock` process may take on a loaded machine.
 const PROCESS_LIMIT: Duration = Duration::from_secs(20);
@@ -60,15 +56,12 @@ fn dbsize(server: &RedisServer) -> String {
     authed(server, &[&["DBSIZE"]]).remove(0).trim_end().to_owned()
 }
 
-/// `quorumlock ARGS` with no nodes in its environment unless given.
-fn quorumlock(args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args).env_remove("QUORUMLOCK_NODES").stdin(Stdio::null());
+/// `quorumlock ARGS` with no nodes in its environment unless the test
+/// sets them.
+fn without_nodes(args: &[&str]) -> Command {
+    let mut cmd = QUORUMLOCK.command(&[]);
+    cmd.args(args);
     cmd
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Asserts that `what` does not contain the password anywhere.
@@ -83,50 +76,6 @@ fn assert_secret_absent(what: &str, bytes: &[u8]) {
 fn assert_output_clean(what: &str, out: &Output) {
     assert_secret_absent(&format!("{what}: stdout"), &out.stdout);
     assert_secret_absent(&format!("{what}: stderr"), &out.stderr);
-}
-
-/// A fresh private directory for files of one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorumlock-secrets-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
-fn wait_child(child: &mut Child) -> ExitStatus {
-    let start = Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return status;
-        }
-        if start.elapsed() > PROCESS_LIMIT {
-            let _ = child.kill();
-            panic!("quorumlock did not exit within {PROCESS_LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The processes whose parent is `pid` (from /proc/*/stat).
-fn children(pid: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // Fields after the command name (in parentheses, which may hold spaces).
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        if ppid == Some(pid) {
-            found.push(child);
-        }
-    }
-    found
 }
 
 /// Runs `quorumlock run` over password nodes (given by `flags` before the
@@ -148,7 +97,7 @@ fn run_with_secret_nodes(
         env = env.display(),
         go = go.display()
     );
-    let mut cmd = quorumlock(&["run", "--key", "secret:job", "--verbose", "--node-timeout", "1s"]);
+    let mut cmd = without_nodes(&["run", "--key", "secret:job", "--verbose", "--node-timeout", "1s"]);
     cmd.args(flags).args(["--", "sh", "-c", &script]);
     if let Some(urls) = nodes_env {
         cmd.env("QUORUMLOCK_NODES", urls);
@@ -166,7 +115,7 @@ fn run_with_secret_nodes(
             "the lock is held: {value}"
         );
     }
-    let helpers = children(run.id());
+    let helpers: Vec<u32> = children(run.id()).iter().map(|child| child.pid).collect();
     assert!(
         helpers.len() >= 2,
         "the command and the guardian run: {helpers:?}"
@@ -177,7 +126,7 @@ fn run_with_secret_nodes(
         }
     }
     std::fs::write(&go, "").expect("write go");
-    let status = wait_child(&mut run);
+    let status = wait_child(&mut run, PROCESS_LIMIT);
     let output = run.wait_with_output().expect("output");
     let output = Output { status, ..output };
     let environment = std::fs::read(&env).expect("the command's environment");
@@ -243,24 +192,29 @@ fn a_nodes_file_with_a_password_readable_by_others_is_refused() {
         &["run", "--key", "k", "--nodes-file", &path, "--", "true"][..],
         &["check", "--nodes-file", &path][..],
     ] {
-        let out = quorumlock(args).output().expect("run quorumlock");
-        assert_eq!(out.status.code(), Some(USAGE), "{args:?}: {}", text(&out.stderr));
+        let out = without_nodes(args).output().expect("run quorumlock");
+        assert_eq!(
+            out.status.code(),
+            Some(exit::USAGE),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
         assert!(text(&out.stderr).contains("chmod 600"), "{}", text(&out.stderr));
         assert_output_clean("a shared nodes file", &out);
     }
     // Without a password there is nothing to hide: a shared file is fine.
     std::fs::write(&file, nodes[0].url()).unwrap();
-    let out = quorumlock(&["run", "--key", "k", "--nodes-file", &path, "--", "true"])
+    let out = without_nodes(&["run", "--key", "k", "--nodes-file", &path, "--", "true"])
         .output()
         .expect("run quorumlock");
-    assert_ne!(out.status.code(), Some(USAGE), "{}", text(&out.stderr));
+    assert_ne!(out.status.code(), Some(exit::USAGE), "{}", text(&out.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn check_never_shows_the_password_even_a_wrong_one() {
     let nodes = secret_nodes(3);
-    let out = quorumlock(&["check", "--node-timeout", "1s"])
+    let out = without_nodes(&["check", "--node-timeout", "1s"])
         .env("QUORUMLOCK_NODES", secret_urls(&nodes))
         .output()
         .expect("run check");
@@ -274,7 +228,7 @@ fn check_never_shows_the_password_even_a_wrong_one() {
     assert_output_clean("check", &out);
 
     let wrong = secret_urls(&nodes).replace(PASSWORD, "Wrong7Quince19Xylophone");
-    let out = quorumlock(&["check", "--node-timeout", "1s"])
+    let out = without_nodes(&["check", "--node-timeout", "1s"])
         .env("QUORUMLOCK_NODES", &wrong)
         .output()
         .expect("run check");
@@ -291,11 +245,16 @@ fn check_never_shows_the_password_even_a_wrong_one() {
 fn a_refused_password_fails_the_run_without_showing_it() {
     let nodes = secret_nodes(1);
     let wrong = secret_urls(&nodes).replace(PASSWORD, "Wrong7Quince19Xylophone");
-    let out = quorumlock(&["run", "--key", "k", "--wait", "0", "--", "true"])
+    let out = without_nodes(&["run", "--key", "k", "--wait", "0", "--", "true"])
         .env("QUORUMLOCK_NODES", &wrong)
         .output()
         .expect("run quorumlock");
-    assert_eq!(out.status.code(), Some(UNREACHABLE), "{}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(exit::UNREACHABLE),
+        "{}",
+        text(&out.stderr)
+    );
     let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
     assert!(!shown.contains("Wrong7Quince19Xylophone"), "{shown}");
 }
@@ -304,7 +263,7 @@ fn a_refused_password_fails_the_run_without_showing_it() {
 #[test]
 fn demo_on_password_nodes_never_shows_the_password() {
     let nodes = secret_nodes(3);
-    let out = quorumlock(&[
+    let out = without_nodes(&[
         "demo",
         "--seconds",
         "1",
@@ -347,11 +306,15 @@ fn usage_errors_and_help_never_show_the_password() {
             #[cfg(feature = "demo")]
             &["demo", "--seconds", "1", "--nodes", url][..],
         ] {
-            let out = quorumlock(args).output().expect("run quorumlock");
+            let out = without_nodes(args).output().expect("run quorumlock");
             let what = format!("{:?} with a bad URL", args[0]);
             assert_output_clean(&what, &out);
             // check reports a URL it cannot parse as an unusable node (1).
-            let expected: &[i32] = if args[0] == "check" { &[1, USAGE] } else { &[USAGE] };
+            let expected: &[i32] = if args[0] == "check" {
+                &[1, exit::USAGE]
+            } else {
+                &[exit::USAGE]
+            };
             assert!(
                 out.status.code().is_some_and(|code| expected.contains(&code)),
                 "{what}: {:?} {}",
@@ -360,11 +323,11 @@ fn usage_errors_and_help_never_show_the_password() {
             );
         }
         // The same from the environment.
-        let out = quorumlock(&["run", "--key", "k", "--", "true"])
+        let out = without_nodes(&["run", "--key", "k", "--", "true"])
             .env("QUORUMLOCK_NODES", url)
             .output()
             .expect("run quorumlock");
-        assert_eq!(out.status.code(), Some(USAGE), "{}", text(&out.stderr));
+        assert_eq!(out.status.code(), Some(exit::USAGE), "{}", text(&out.stderr));
         assert_output_clean("run with a bad URL from QUORUMLOCK_NODES", &out);
     }
     for args in [
@@ -374,14 +337,14 @@ fn usage_errors_and_help_never_show_the_password() {
         #[cfg(feature = "demo")]
         &["demo", "--help"],
     ] {
-        let out = quorumlock(args)
+        let out = without_nodes(args)
             .env("QUORUMLOCK_NODES", format!("redis://:{PASSWORD}@127.0.0.1:6379"))
             .output()
             .expect("quorumlock --help");
         assert!(out.status.success(), "{args:?}");
         assert_output_clean("--help", &out);
     }
-    let help = quorumlock(&["run", "--help"]).output().expect("run --help");
+    let help = without_nodes(&["run", "--help"]).output().expect("run --help");
     assert!(
         text(&help.stdout).contains("ps") && text(&help.stdout).contains("--nodes-file"),
         "the help says --nodes shows in ps and what to use instead: {}",

@@ -4,21 +4,16 @@
 //! own behind on any exit path. Through the built binary, against real
 //! redis-server nodes; process state comes from /proc.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::{RedisServer, dbsize, get, leftovers, set_foreign, start_nodes, urls};
+use quorumlock_testkit::cli::{
+    self, Binary, EXIT_LIMIT, Running, Stat, all_processes, exit, live_members, scratch, stat, wait_until,
+};
+use quorumlock_testkit::{RedisServer, dbsize, get, leftovers, set_foreign, start_nodes};
 
-mod support;
-
-use support::{EXIT_LIMIT, Running, Stat, all_processes, holds_within, live_members, stat};
-
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
-
-/// Exit statuses documented in `quorumlock --help`.
-const BUSY: i32 = 75;
-const LOST: i32 = 79;
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 
 /// Per-node timeout for the runs: generous for a loaded machine.
 const NODE_TIMEOUT: &str = "500ms";
@@ -38,22 +33,11 @@ const STOP_BOUND: Duration = Duration::from_secs(1);
 /// How soon quorumlock must exit after a signal that ends its wait.
 const PROMPT: Duration = Duration::from_secs(1);
 
-fn quorumlock(nodes: &[RedisServer], args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("run")
-        .args(["--node-timeout", NODE_TIMEOUT])
-        .args(args)
-        .env("QUORUMLOCK_NODES", urls(nodes).join(","))
-        .stdin(Stdio::null());
+/// `quorumlock run ARGS` over `nodes`, with the test's node timeout.
+fn quorumlock_run(nodes: &[RedisServer], args: &[&str]) -> Command {
+    let mut cmd = QUORUMLOCK.command(nodes);
+    cmd.arg("run").args(["--node-timeout", NODE_TIMEOUT]).args(args);
     cmd
-}
-
-/// A fresh empty directory for marker files.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorumlock-sup-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 /// `script` with each `{name}` replaced by the path of `dir/name`.
@@ -63,22 +47,10 @@ fn script(dir: &Path, template: &str, names: &[&str]) -> String {
     })
 }
 
-/// Waits until `path` holds a complete line (the command got that far).
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text.trim().to_owned();
-        }
-        assert!(
-            start.elapsed() < START_LIMIT,
-            "{} did not appear within {START_LIMIT:?}",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Waits until `path` holds a complete line (the command got that far),
+/// at most [`START_LIMIT`].
+fn wait_for_line(path: &Path) -> String {
+    cli::wait_for_line(path, START_LIMIT)
 }
 
 /// Whether process `pid` catches signal `signo` (its handler is installed).
@@ -109,14 +81,14 @@ fn sigkill_of_quorumlock_ends_the_group(name: &str, template: &str, members: usi
     let dir = scratch(name);
     let key = format!("sup:kill:{name}");
     let command = script(&dir, template, &["pgid"]);
-    let mut first = Running::spawn(quorumlock(
+    let mut first = Running::spawn(quorumlock_run(
         &nodes,
         &["--key", &key, "--ttl", "5s", "--", "sh", "-c", &command],
     ));
-    let pgid: u32 = wait_for_file(&dir.join("pgid")).parse().expect("pid");
+    let pgid: u32 = wait_for_line(&dir.join("pgid")).parse().expect("pid");
     first.group = Some(pgid);
     assert!(
-        holds_within(START_LIMIT, || live_members(pgid).len() >= members),
+        wait_until(START_LIMIT, || live_members(pgid).len() >= members),
         "the command's group has its {members} processes: {:?}",
         live_members(pgid)
     );
@@ -134,13 +106,13 @@ fn sigkill_of_quorumlock_ends_the_group(name: &str, template: &str, members: usi
         ),
         &["result"],
     );
-    let mut second = Running::spawn(quorumlock(
+    let mut second = Running::spawn(quorumlock_run(
         &nodes,
         &[
             "--key", &key, "--ttl", "5s", "--wait", "20s", "--", "sh", "-c", &check,
         ],
     ));
-    let dead = holds_within(KILL_BOUND, || live_members(pgid).is_empty());
+    let dead = wait_until(KILL_BOUND, || live_members(pgid).is_empty());
     let took = killed.elapsed();
     assert!(
         dead,
@@ -152,7 +124,7 @@ fn sigkill_of_quorumlock_ends_the_group(name: &str, template: &str, members: usi
     let status = second.wait(Duration::from_secs(30));
     assert_eq!(status.code(), Some(0), "second run: {}", second.stderr());
     assert_eq!(
-        wait_for_file(&dir.join("result")),
+        wait_for_line(&dir.join("result")),
         "clear",
         "the second holder ran while the first one's command was alive"
     );
@@ -176,17 +148,17 @@ fn sigstop_of_quorumlock_gets_the_group_killed_by_the_end_of_the_validity() {
     let nodes = start_nodes(1);
     let dir = scratch("sigstop");
     let command = script(&dir, "echo $$ > {pgid}; sleep 60; :", &["pgid"]);
-    let mut run = Running::spawn(quorumlock(
+    let mut run = Running::spawn(quorumlock_run(
         &nodes,
         &["--key", "sup:stop", "--ttl", "2s", "--", "sh", "-c", &command],
     ));
-    let pgid: u32 = wait_for_file(&dir.join("pgid")).parse().expect("pid");
+    let pgid: u32 = wait_for_line(&dir.join("pgid")).parse().expect("pid");
     run.group = Some(pgid);
     let stopped = Instant::now();
     run.signal("STOP");
     // The last renewal started before the stop, so the validity ends at the
     // latest a ttl after it.
-    let dead = holds_within(ttl + STOP_BOUND, || live_members(pgid).is_empty());
+    let dead = wait_until(ttl + STOP_BOUND, || live_members(pgid).is_empty());
     let took = stopped.elapsed();
     assert!(
         dead,
@@ -196,7 +168,7 @@ fn sigstop_of_quorumlock_gets_the_group_killed_by_the_end_of_the_validity() {
     run.signal("CONT");
     let status = run.wait(EXIT_LIMIT);
     let stderr = run.stderr();
-    assert_eq!(status.code(), Some(LOST), "{stderr}");
+    assert_eq!(status.code(), Some(exit::LOST), "{stderr}");
     assert!(stderr.contains("terminated"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -217,11 +189,11 @@ fn sigterm_and_sigint_while_holding_return_the_commands_status_and_leave_no_key(
     for (signal_name, template, code) in cases {
         let _ = std::fs::remove_file(dir.join("pgid"));
         let command = script(&dir, template, &["pgid"]);
-        let mut run = Running::spawn(quorumlock(
+        let mut run = Running::spawn(quorumlock_run(
             &nodes,
             &["--key", "sup:holding", "--", "sh", "-c", &command],
         ));
-        let pgid: u32 = wait_for_file(&dir.join("pgid")).parse().expect("pid");
+        let pgid: u32 = wait_for_line(&dir.join("pgid")).parse().expect("pid");
         run.group = Some(pgid);
         run.signal(signal_name);
         let status = run.wait(EXIT_LIMIT);
@@ -253,7 +225,7 @@ fn a_command_that_ignores_sigterm_to_quorumlock_is_killed_after_the_grace_period
     let nodes = start_nodes(3);
     let dir = scratch("ignores");
     let command = script(&dir, "trap '' TERM; echo $$ > {pgid}; sleep 60", &["pgid"]);
-    let mut run = Running::spawn(quorumlock(
+    let mut run = Running::spawn(quorumlock_run(
         &nodes,
         &[
             "--key",
@@ -266,7 +238,7 @@ fn a_command_that_ignores_sigterm_to_quorumlock_is_killed_after_the_grace_period
             &command,
         ],
     ));
-    let pgid: u32 = wait_for_file(&dir.join("pgid")).parse().expect("pid");
+    let pgid: u32 = wait_for_line(&dir.join("pgid")).parse().expect("pid");
     run.group = Some(pgid);
     let sent = Instant::now();
     run.signal("TERM");
@@ -288,11 +260,11 @@ fn sigterm_while_waiting_for_a_busy_lock_exits_promptly_and_leaves_no_key_of_its
     let dir = scratch("waiting");
     let key = "sup:waiting";
     let command = script(&dir, "echo $$ > {pgid}; exec sleep 60", &["pgid"]);
-    let mut holder = Running::spawn(quorumlock(
+    let mut holder = Running::spawn(quorumlock_run(
         &nodes,
         &["--key", key, "--ttl", "10s", "--", "sh", "-c", &command],
     ));
-    holder.group = Some(wait_for_file(&dir.join("pgid")).parse().expect("pid"));
+    holder.group = Some(wait_for_line(&dir.join("pgid")).parse().expect("pid"));
     let tokens: Vec<Option<String>> = nodes.iter().map(|n| get(n, key)).collect();
     assert!(
         tokens.iter().all(Option::is_some),
@@ -300,10 +272,13 @@ fn sigterm_while_waiting_for_a_busy_lock_exits_promptly_and_leaves_no_key_of_its
     );
     let clients = connected_clients(&nodes[0]);
 
-    let mut waiter = Running::spawn(quorumlock(&nodes, &["--key", key, "--wait", "30s", "--", "true"]));
+    let mut waiter = Running::spawn(quorumlock_run(
+        &nodes,
+        &["--key", key, "--wait", "30s", "--", "true"],
+    ));
     // Waiting: its handler is installed and it has connected to the nodes.
     assert!(
-        holds_within(START_LIMIT, || catches(waiter.pid(), 15)
+        wait_until(START_LIMIT, || catches(waiter.pid(), 15)
             && connected_clients(&nodes[0]) > clients),
         "the second run is waiting for the lock"
     );
@@ -341,10 +316,10 @@ fn a_one_shot_run_leaves_no_key_of_its_own_whichever_nodes_a_foreign_owner_holds
                 set_foreign(node, key, "other", 20_000);
             }
         }
-        let out = quorumlock(&nodes, &["--key", key, "--wait", "0", "--", "true"])
+        let out = quorumlock_run(&nodes, &["--key", key, "--wait", "0", "--", "true"])
             .output()
             .expect("run quorumlock");
-        let expected = if mask.count_ones() >= 3 { BUSY } else { 0 };
+        let expected = if mask.count_ones() >= 3 { exit::BUSY } else { 0 };
         if out.status.code() != Some(expected) {
             failures.push(format!(
                 "mask {mask:05b}: exit {:?}, expected {expected}: {}",
@@ -369,19 +344,19 @@ fn orphans_of_the_command_reparent_to_quorumlock_and_are_reaped() {
     let dir = scratch("orphans");
     // The subshell exits at once, orphaning its background sleep.
     let command = script(&dir, "(sleep 0.5 & echo $! > {orphan}); sleep 3", &["orphan"]);
-    let mut run = Running::spawn(quorumlock(
+    let mut run = Running::spawn(quorumlock_run(
         &nodes,
         &["--key", "sup:orphans", "--", "sh", "-c", &command],
     ));
-    let orphan: u32 = wait_for_file(&dir.join("orphan")).parse().expect("pid");
+    let orphan: u32 = wait_for_line(&dir.join("orphan")).parse().expect("pid");
     let qpid = run.pid();
     assert!(
-        holds_within(START_LIMIT, || stat(orphan).is_some_and(|s| s.ppid == qpid)),
+        wait_until(START_LIMIT, || stat(orphan).is_some_and(|s| s.ppid == qpid)),
         "the orphan's parent is quorumlock (a subreaper): {:?}",
         stat(orphan)
     );
     assert!(
-        holds_within(Duration::from_secs(2), || stat(orphan).is_none()),
+        wait_until(Duration::from_secs(2), || stat(orphan).is_none()),
         "the orphan was reaped after it exited: {:?}",
         stat(orphan)
     );
@@ -407,17 +382,17 @@ fn ctrl_z_stops_the_command_and_quorumlock_and_sigcont_resumes_a_valid_lock() {
         "echo $$ > {pgid}; while [ ! -e {done} ]; do sleep 0.05; done",
         &["pgid", "done"],
     );
-    let mut run = Running::spawn(quorumlock(
+    let mut run = Running::spawn(quorumlock_run(
         &nodes,
         &["--key", "sup:tstp", "--", "sh", "-c", &command],
     ));
-    let pgid: u32 = wait_for_file(&dir.join("pgid")).parse().expect("pid");
+    let pgid: u32 = wait_for_line(&dir.join("pgid")).parse().expect("pid");
     run.group = Some(pgid);
     let qpid = run.pid();
     let stopped = |pid: u32| stat(pid).is_some_and(|s| s.state == 'T');
     run.signal("TSTP");
     assert!(
-        holds_within(START_LIMIT, || stopped(qpid)
+        wait_until(START_LIMIT, || stopped(qpid)
             && stopped(pgid)
             && live_members(pgid).iter().all(|p| p.state == 'T')),
         "quorumlock ({:?}) and the command's group ({:?}) are stopped",
@@ -426,7 +401,7 @@ fn ctrl_z_stops_the_command_and_quorumlock_and_sigcont_resumes_a_valid_lock() {
     );
     run.signal("CONT");
     assert!(
-        holds_within(START_LIMIT, || !stopped(qpid)
+        wait_until(START_LIMIT, || !stopped(qpid)
             && live_members(pgid).iter().all(|p| p.state != 'T')),
         "quorumlock ({:?}) continued the command's group ({:?})",
         stat(qpid),
@@ -452,7 +427,7 @@ fn processes_left_in_the_group_are_terminated_and_the_lock_kept_until_they_are_g
         &["pgid", "bg"],
     );
     let started = Instant::now();
-    let mut run = Running::spawn(quorumlock(
+    let mut run = Running::spawn(quorumlock_run(
         &nodes,
         &[
             "--key",
@@ -465,12 +440,12 @@ fn processes_left_in_the_group_are_terminated_and_the_lock_kept_until_they_are_g
             &command,
         ],
     ));
-    let pgid: u32 = wait_for_file(&dir.join("pgid")).parse().expect("pid");
+    let pgid: u32 = wait_for_line(&dir.join("pgid")).parse().expect("pid");
     run.group = Some(pgid);
-    wait_for_file(&dir.join("bg"));
+    wait_for_line(&dir.join("bg"));
     // Seen held while the job was alive before and after the look at the key.
     assert!(
-        holds_within(START_LIMIT, || {
+        wait_until(START_LIMIT, || {
             stat(pgid).is_none_or(|s| s.state == 'Z')
                 && !live_members(pgid).is_empty()
                 && dbsize(&nodes[0]) == 1

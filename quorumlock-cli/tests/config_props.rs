@@ -3,10 +3,11 @@
 //! against a real redis-server. (The library's settings have a property
 //! test of their own in quorumlock.)
 
-use std::process::{Command, Stdio};
-
 use proptest::prelude::*;
 use quorumlock_testkit::RedisServer;
+use quorumlock_testkit::cli::Binary;
+
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 
 /// A duration as a user could type it: plain numbers of any size
 /// (including exponents), units, zero.
@@ -38,11 +39,10 @@ fn any_duration_flag_is_a_usage_error_or_a_run() {
     };
     proptest!(config, |(ttl in typed(), wait in typed(), grace in typed(), timeout in typed())| {
         let key = format!("props:cli:{}", rand::random::<u64>());
-        let output = Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+        let output = QUORUMLOCK
+            .command(std::slice::from_ref(&node))
             .args(["run", "--key", &key, "--ttl", &ttl, "--wait", &wait, "--grace", &grace])
             .args(["--node-timeout", &timeout, "--", "true"])
-            .env("QUORUMLOCK_NODES", node.url())
-            .stdin(Stdio::null())
             .output()
             .expect("run quorumlock");
         let stderr = String::from_utf8_lossy(&output.stderr);

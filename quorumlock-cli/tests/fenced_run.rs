@@ -5,11 +5,12 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use quorumlock_testkit::{RedisServer, start_nodes, urls};
+use quorumlock_testkit::cli::{Binary, scratch, wait_for_line};
+use quorumlock_testkit::{RedisServer, start_nodes};
 
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 const KEY: &str = "ledger";
 /// The example job's exit status when its write was refused.
 const REFUSED: i32 = 3;
@@ -18,17 +19,9 @@ const REFUSED: i32 = 3;
 const TTL: &str = "60s";
 /// How long the test waits for a file a job writes, at most.
 const FILE_WAIT: Duration = Duration::from_secs(20);
-const FILE_POLL: Duration = Duration::from_millis(10);
 
 fn example() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fenced_job.sh")
-}
-
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorumlock-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 fn sqlite3_present() {
@@ -44,14 +37,12 @@ fn sqlite3_present() {
 
 /// `quorumlock run --key ledger [--fenced] -- sh -c SCRIPT`.
 fn run(nodes: &[RedisServer], fenced: bool, script: &str) -> Child {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = QUORUMLOCK.command(nodes);
     cmd.args(["run", "--key", KEY, "--ttl", TTL, "--wait", "10s"]);
     if fenced {
         cmd.arg("--fenced");
     }
     cmd.args(["--", "sh", "-c", script])
-        .env("QUORUMLOCK_NODES", urls(nodes).join(","))
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -60,23 +51,6 @@ fn run(nodes: &[RedisServer], fenced: bool, script: &str) -> Child {
 
 fn finished(child: Child) -> Output {
     child.wait_with_output().expect("wait for quorumlock run")
-}
-
-fn wait_for_file(path: &Path) -> String {
-    let start = Instant::now();
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && text.ends_with('\n')
-        {
-            return text.trim().to_owned();
-        }
-        assert!(
-            start.elapsed() < FILE_WAIT,
-            "{} was never written",
-            path.display()
-        );
-        std::thread::sleep(FILE_POLL);
-    }
 }
 
 fn ledger(db: &Path) -> (i64, u64) {
@@ -129,13 +103,13 @@ fn the_command_gets_the_key_the_lock_token_and_the_fencing_token() {
 
     // Without --fenced the command has no fencing token, even when the
     // caller's environment had one (a run nested inside a fenced run).
-    let out = Command::new(BIN)
+    let out = QUORUMLOCK
+        .command(&nodes)
         .args(["run", "--key", KEY, "--", "sh", "-c"])
         .arg(format!(
             "echo \"${{QUORUMLOCK_FENCE_TOKEN-unset}}\" > {}",
             shell_quote(&seen)
         ))
-        .env("QUORUMLOCK_NODES", urls(&nodes).join(","))
         .env("QUORUMLOCK_FENCE_TOKEN", "12345")
         .output()
         .expect("run");
@@ -177,12 +151,12 @@ fn a_stale_jobs_write_is_refused_by_the_fence() {
             job = job(1000),
         ),
     );
-    let stale_fence: u64 = wait_for_file(&ready).parse().expect("a number");
+    let stale_fence: u64 = wait_for_line(&ready, FILE_WAIT).parse().expect("a number");
     assert!(stale_fence > first_fence, "{stale_fence} after {first_fence}");
 
-    let cleared = Command::new(BIN)
+    let cleared = QUORUMLOCK
+        .command(&nodes)
         .args(["unlock", KEY, "--force", "--yes"])
-        .env("QUORUMLOCK_NODES", urls(&nodes).join(","))
         .output()
         .expect("unlock");
     assert!(

@@ -3,7 +3,10 @@
 //! tests/busy_or_unreachable.rs, the other edges of its input and nodes in
 //! the files beside it.)
 
-use quorumlock_testkit::{set_foreign, start_nodes, urls};
+use quorumlock_testkit::cli::{Binary, exit};
+use quorumlock_testkit::{set_foreign, start_nodes};
+
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 
 /// A cron job that finds the lock held during a node's maintenance exits 75
 /// (busy, try later), not 69 (nodes unreachable), and says which node
@@ -16,7 +19,8 @@ fn quorumlock_run_is_busy_not_unreachable_with_one_node_down() {
     }
     let down = nodes[2].port();
     nodes[2].kill();
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_quorumlock"))
+    let output = QUORUMLOCK
+        .command(&nodes)
         .args([
             "run",
             "--key",
@@ -28,12 +32,10 @@ fn quorumlock_run_is_busy_not_unreachable_with_one_node_down() {
             "--",
             "true",
         ])
-        .env("QUORUMLOCK_NODES", urls(&nodes).join(","))
-        .stdin(std::process::Stdio::null())
         .output()
         .expect("run quorumlock");
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(75), "{stderr}");
+    assert_eq!(output.status.code(), Some(exit::BUSY), "{stderr}");
     assert!(
         stderr.contains(&down.to_string()),
         "names the failed node: {stderr}"

@@ -2,14 +2,13 @@
 //! machine's crontab within a second runs once, because the lock outlives
 //! the job for longer than the others wait.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use quorumlock_testkit::{RedisServer, get, leftovers, pttl, start_nodes, urls};
+use quorumlock_testkit::cli::{Binary, exit, scratch};
+use quorumlock_testkit::{RedisServer, get, leftovers, pttl, start_nodes};
 
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
-const BUSY: i32 = 75;
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 const KEY: &str = "cron:once";
 
 /// When each of the five runs starts, after the first: all within a second,
@@ -17,15 +16,9 @@ const KEY: &str = "cron:once";
 const OFFSETS_MS: [u64; 5] = [0, 230, 470, 610, 940];
 const MIN_HOLD: Duration = Duration::from_secs(5);
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorumlock-cli-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
-}
-
 fn run(nodes: &[RedisServer], job: &str) -> Child {
-    Command::new(BIN)
+    QUORUMLOCK
+        .command(nodes)
         .args([
             "run",
             "--key",
@@ -42,12 +35,26 @@ fn run(nodes: &[RedisServer], job: &str) -> Child {
             "-c",
             job,
         ])
-        .env("QUORUMLOCK_NODES", urls(nodes).join(","))
-        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn quorumlock run")
+}
+
+/// The first of `runs` to exit: its index and output (taken out of `runs`).
+fn first_to_exit(runs: &mut [Option<Child>], first_start: Instant) -> (usize, Output) {
+    loop {
+        for (i, slot) in runs.iter_mut().enumerate() {
+            if let Some(child) = slot
+                && child.try_wait().expect("try_wait").is_some()
+            {
+                let output = slot.take().expect("present").wait_with_output().expect("output");
+                return (i, output);
+            }
+        }
+        assert!(first_start.elapsed() < Duration::from_secs(20), "no run finished");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
@@ -68,18 +75,7 @@ fn a_job_started_everywhere_within_a_second_runs_once_per_min_hold() {
 
     // The first run to exit is the one that ran the job: the others wait
     // (3 s) for a lock that stays taken for 5 s.
-    let (winner, output) = 'found: loop {
-        for (i, slot) in runs.iter_mut().enumerate() {
-            if let Some(child) = slot
-                && child.try_wait().expect("try_wait").is_some()
-            {
-                let output = slot.take().expect("present").wait_with_output().expect("output");
-                break 'found (i, output);
-            }
-        }
-        assert!(first_start.elapsed() < Duration::from_secs(20), "no run finished");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let (winner, output) = first_to_exit(&mut runs, first_start);
     let ended = Instant::now();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(output.status.success(), "run {winner}: {stderr}");
@@ -101,7 +97,7 @@ fn a_job_started_everywhere_within_a_second_runs_once_per_min_hold() {
         let output = child.wait_with_output().expect("output");
         assert_eq!(
             output.status.code(),
-            Some(BUSY),
+            Some(exit::BUSY),
             "run {i} gave up waiting: {}",
             String::from_utf8_lossy(&output.stderr)
         );

@@ -8,21 +8,15 @@
 
 use std::io::Write;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use quorumlock_testkit::cli::{Binary, Running, exit, scratch, wait_until};
 use quorumlock_testkit::stall::{self, StallAt};
-use quorumlock_testkit::{RedisServer, start_nodes, urls};
+use quorumlock_testkit::{RedisServer, start_nodes};
 
-mod support;
-
-use support::Running;
-
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
-
-/// Exit status of a run whose lock was lost (documented in `--help`).
-const LOST: i32 = 79;
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 
 /// The lock's ttl in the stall tests: short, so that 50 tries stay quick,
 /// and long next to a loaded machine's scheduling delays (the run's own
@@ -43,23 +37,14 @@ const LIMIT: Duration = Duration::from_secs(15);
 /// keys expire a ttl after they were set.
 const SECOND_WAIT: &str = "10s";
 
+/// `quorumlock run ARGS` over `nodes`, with the test's node timeout.
 fn run(nodes: &[RedisServer], args: &[&str]) -> Command {
-    let mut cmd = Command::new(BIN);
+    let mut cmd = QUORUMLOCK.command(nodes);
     cmd.arg("run")
         .args(["--node-timeout", NODE_TIMEOUT])
         .args(args)
-        .env("QUORUMLOCK_NODES", urls(nodes).join(","))
-        .stdin(Stdio::null())
         .stdout(Stdio::null());
     cmd
-}
-
-/// A fresh empty directory for the commands' marker files.
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("quorumlock-start-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("scratch dir");
-    dir
 }
 
 /// A shell command that ignores SIGTERM, writes the monotonic-enough wall
@@ -76,13 +61,9 @@ fn nanos(path: &Path) -> Option<u128> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Polls `condition` every 5 ms until it holds, at most [`LIMIT`].
-fn within_limit(what: &str, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        assert!(start.elapsed() < LIMIT, "{what}: not within {LIMIT:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+/// Waits until `condition` holds, at most [`LIMIT`].
+fn within_limit(what: &str, condition: impl FnMut() -> bool) {
+    assert!(wait_until(LIMIT, condition), "{what}: not within {LIMIT:?}");
 }
 
 /// The pid of the child of `parent` that is stopped, if any.
@@ -134,7 +115,7 @@ fn stalled_run_never_starts_its_command(nodes: &[RedisServer], dir: &Path, at: S
         nanos(&second_started),
         nanos(&second_ended),
     );
-    assert_eq!(status.code(), Some(LOST), "try {i}: {stderr}");
+    assert_eq!(status.code(), Some(exit::LOST), "try {i}: {stderr}");
     // At Exec the guardian killed the command's process before its exec;
     // quorumlock reports the lapse as the guardian's kill or its own loss
     // signal, whichever it sees first.
@@ -278,7 +259,8 @@ fn a_group_announced_after_the_deadline_is_killed_at_once() {
     const DEADLINE_PASSED: i32 = 2;
     const PAST_DEADLINE_NS: u64 = 300_000_000;
     let (reader, mut writer) = std::io::pipe().expect("pipe");
-    let mut guardian = Command::new(BIN)
+    let mut guardian = QUORUMLOCK
+        .command(&[])
         .arg("__guardian")
         .stdin(reader)
         .stderr(Stdio::piped())

@@ -4,22 +4,22 @@
 //! token; `--force --yes` deletes a foreign value and logs it; `--force`
 //! without a terminal and without `--yes` deletes nothing.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-use quorumlock_testkit::{RedisServer, get, set_foreign, start_nodes, urls};
+use quorumlock_testkit::cli::Binary;
+use quorumlock_testkit::{RedisServer, get, set_foreign, start_nodes};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 const KEY: &str = "archive:nightly";
 
-/// `quorumlock ARGS` over `servers`, with stdin not a terminal and a node
-/// timeout generous enough for a loaded machine.
-fn quorumlock(servers: &[RedisServer], args: &[&str]) -> Output {
-    Command::new(BIN)
+/// `quorumlock ARGS` over `servers`, run to its end, with stdin not a
+/// terminal and a node timeout generous enough for a loaded machine.
+fn output(servers: &[RedisServer], args: &[&str]) -> Output {
+    QUORUMLOCK
+        .command(servers)
         .args(args)
         .args(["--node-timeout", "1s"])
-        .env("QUORUMLOCK_NODES", urls(servers).join(","))
-        .stdin(Stdio::null())
         .output()
         .expect("run quorumlock")
 }
@@ -43,7 +43,7 @@ fn status_shows_the_holder_per_node_and_the_verdict_in_its_exit_status() {
     set_foreign(&servers[0], KEY, "tok", 10_000);
     set_foreign(&servers[1], KEY, "tok", 10_000);
 
-    let out = quorumlock(&servers, &["status", KEY]);
+    let out = output(&servers, &["status", KEY]);
     let text = stdout(&out);
     assert_eq!(out.status.code(), Some(1), "{text}{}", stderr(&out));
     assert!(
@@ -58,7 +58,7 @@ fn status_shows_the_holder_per_node_and_the_verdict_in_its_exit_status() {
         assert!(row.contains(&format!(":{}/0", server.port())), "{text}");
     }
 
-    let out = quorumlock(&servers, &["status", "--json", KEY, "free:key"]);
+    let out = output(&servers, &["status", "--json", KEY, "free:key"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let json = parsed(&out);
     assert_eq!(json["exit_code"], 1);
@@ -78,17 +78,17 @@ fn status_shows_the_holder_per_node_and_the_verdict_in_its_exit_status() {
     assert_eq!(nodes[2]["ttl_ms"], Value::Null);
     assert_eq!(json["keys"][1]["verdict"], "free");
 
-    let out = quorumlock(&servers, &["status", "free:key"]);
+    let out = output(&servers, &["status", "free:key"]);
     assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
     assert!(stdout(&out).contains("free"), "{}", stdout(&out));
 
     set_foreign(&servers[2], KEY, "other", 10_000);
     set_foreign(&servers[1], KEY, "third", 10_000);
-    let out = quorumlock(&servers, &["status", "--json", KEY]);
+    let out = output(&servers, &["status", "--json", KEY]);
     assert_eq!(out.status.code(), Some(3), "{}", stdout(&out));
     assert_eq!(parsed(&out)["keys"][0]["verdict"], "indeterminate");
 
-    let out = quorumlock(&servers, &["status", "quorumlock:fence:x"]);
+    let out = output(&servers, &["status", "quorumlock:fence:x"]);
     assert_eq!(out.status.code(), Some(2), "a reserved name is bad usage");
 }
 
@@ -98,11 +98,11 @@ fn unlock_with_a_token_deletes_only_that_token() {
     for server in &servers {
         set_foreign(server, KEY, "holder", 10_000);
     }
-    let out = quorumlock(&servers, &["unlock", KEY, "--token", "someone-else"]);
+    let out = output(&servers, &["unlock", KEY, "--token", "someone-else"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(servers.iter().all(|s| get(s, KEY).as_deref() == Some("holder")));
 
-    let out = quorumlock(&servers, &["unlock", KEY, "--token", "holder"]);
+    let out = output(&servers, &["unlock", KEY, "--token", "holder"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(
         stderr(&out).matches("deleted \"holder\"").count(),
@@ -119,14 +119,14 @@ fn force_unlock_with_yes_deletes_a_foreign_value_and_logs_it() {
     for server in &servers[..2] {
         set_foreign(server, KEY, "foreign", 10_000);
     }
-    let out = quorumlock(&servers, &["unlock", KEY, "--force", "--yes"]);
+    let out = output(&servers, &["unlock", KEY, "--force", "--yes"]);
     let log = stderr(&out);
     assert_eq!(out.status.code(), Some(0), "{log}");
     assert_eq!(log.matches("deleted \"foreign\"").count(), 2, "{log}");
     assert_eq!(log.matches("nothing to delete").count(), 1, "{log}");
     assert!(servers.iter().all(|s| get(s, KEY).is_none()));
 
-    let out = quorumlock(&servers, &["unlock", KEY, "--force", "--yes"]);
+    let out = output(&servers, &["unlock", KEY, "--force", "--yes"]);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -141,18 +141,18 @@ fn force_unlock_refuses_without_a_terminal_and_without_yes() {
     for server in &servers {
         set_foreign(server, KEY, "foreign", 10_000);
     }
-    let out = quorumlock(&servers, &["unlock", KEY, "--force"]);
+    let out = output(&servers, &["unlock", KEY, "--force"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--yes"), "{}", stderr(&out));
     assert!(servers.iter().all(|s| get(s, KEY).as_deref() == Some("foreign")));
 
-    let out = quorumlock(&servers, &["unlock", KEY]);
+    let out = output(&servers, &["unlock", KEY]);
     assert_eq!(out.status.code(), Some(2), "neither --token nor --force");
 }
 
 #[test]
 fn the_help_lists_status_and_unlock_with_examples() {
-    let out = Command::new(BIN).arg("--help").output().expect("run");
+    let out = QUORUMLOCK.command(&[]).arg("--help").output().expect("run");
     let help = stdout(&out);
     for text in ["status", "unlock", "quorumlock status archive:nightly", "--force"] {
         assert!(help.contains(text), "{text}: {help}");

@@ -8,21 +8,18 @@
 
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Stdio;
+use std::time::Duration;
 
 use quorumlock::{Error, Redlock};
+use quorumlock_testkit::cli::{Binary, exit, scratch, wait_child};
 use quorumlock_testkit::{Persistence, RedisServer, dbsize, get, wait_until_exists};
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
     KeyUsagePurpose,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_quorumlock");
-
-/// `quorumlock run`'s status when no majority could be reached.
-const UNREACHABLE: i32 = 69;
-const USAGE: i32 = 2;
+const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
 
 /// How long a `quorumlock` process may take on a loaded machine.
 const PROCESS_LIMIT: Duration = Duration::from_secs(20);
@@ -83,9 +80,7 @@ fn make_certificates(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
 /// Starts a TLS node, or `None` (with a message) when this redis-server was
 /// built without TLS support.
 fn start_tls_node(name: &str) -> Option<TlsNode> {
-    let dir = std::env::temp_dir().join(format!("quorumlock-tls-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch(&format!("tls-{name}"));
     let (ca, cert, key) = make_certificates(&dir);
     let mut last = None;
     // Another process may take the TLS port between our look and the
@@ -197,11 +192,10 @@ fn quorumlock_run_over_tls_trusts_the_given_ca() {
         go.display()
     );
     let ca = node.ca.display().to_string();
-    let mut run = Command::new(BIN)
+    let mut run = QUORUMLOCK
+        .command(&[])
         .args(["run", "--key", "tls:run", "--node-timeout", "1s", "--verbose"])
         .args(["--tls-ca", &ca, "--nodes", &node.url(), "--", "sh", "-c", &script])
-        .env_remove("QUORUMLOCK_NODES")
-        .stdin(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn quorumlock run");
@@ -212,14 +206,7 @@ fn quorumlock_run_over_tls_trusts_the_given_ca() {
         "the lock is held over TLS while the command runs"
     );
     std::fs::write(&go, "").unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = run.try_wait().unwrap() {
-            break status;
-        }
-        assert!(start.elapsed() < PROCESS_LIMIT, "quorumlock run did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let status = wait_child(&mut run, PROCESS_LIMIT);
     let stderr = run
         .wait_with_output()
         .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
@@ -230,22 +217,23 @@ fn quorumlock_run_over_tls_trusts_the_given_ca() {
 
     // Without --tls-ca the node's certificate is not trusted: no lock, no command.
     let marker = node.dir.join("ran");
-    let out = Command::new(BIN)
+    let out = QUORUMLOCK
+        .command(&[])
         .args(["run", "--key", "tls:run", "--wait", "0", "--node-timeout", "1s"])
         .args(["--nodes", &node.url(), "--", "touch", marker.to_str().unwrap()])
-        .env_remove("QUORUMLOCK_NODES")
         .output()
         .unwrap();
     assert_eq!(
         out.status.code(),
-        Some(UNREACHABLE),
+        Some(exit::UNREACHABLE),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!marker.exists(), "the command did not run");
 
     // A CA file that holds no certificate is a usage error.
-    let out = Command::new(BIN)
+    let out = QUORUMLOCK
+        .command(&[])
         .args([
             "run",
             "--key",
@@ -254,10 +242,9 @@ fn quorumlock_run_over_tls_trusts_the_given_ca() {
             node.dir.join("server.key").to_str().unwrap(),
         ])
         .args(["--nodes", &node.url(), "--", "true"])
-        .env_remove("QUORUMLOCK_NODES")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(USAGE));
+    assert_eq!(out.status.code(), Some(exit::USAGE));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no PEM certificate"));
 }
 
@@ -267,7 +254,8 @@ fn quorumlock_check_over_tls_trusts_the_given_ca() {
         return;
     };
     let ca = node.ca.display().to_string();
-    let out = Command::new(BIN)
+    let out = QUORUMLOCK
+        .command(&[])
         .args([
             "check",
             "--timeout",
@@ -286,7 +274,8 @@ fn quorumlock_check_over_tls_trusts_the_given_ca() {
     assert!(stdout.contains("all nodes fit for Redlock"), "{stdout}");
     assert_eq!(dbsize(&node.server), 0, "the check's keys are gone");
 
-    let out = Command::new(BIN)
+    let out = QUORUMLOCK
+        .command(&[])
         .args(["check", "--timeout", "5s", "--nodes", &node.url()])
         .output()
         .unwrap();

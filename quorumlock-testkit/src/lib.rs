@@ -27,6 +27,9 @@
 //!   [`checker::Report`] counts the overlaps.
 //! - [`panics`]: a [`PanicProbe`] for panics in spawned tasks, which tokio
 //!   would swallow.
+//! - [`cli`]: running the `quorumlock` binary in tests: a command over
+//!   some servers, a running quorumlock cleaned up after a failed assertion,
+//!   the files its command writes, and process state from /proc.
 //!
 //! The crate root has the helpers most tests need: a client over some
 //! servers ([`client`], [`builder`]), what a node holds ([`get`], [`pttl`],
@@ -81,6 +84,7 @@
 
 pub mod alloc;
 pub mod checker;
+pub mod cli;
 pub mod fake;
 pub mod faults;
 pub mod panics;

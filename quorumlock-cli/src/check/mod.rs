@@ -19,7 +19,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::duration;
-use crate::{Nodes, exit, fail};
+use crate::exit::Exit;
+use crate::{Nodes, fail};
 
 /// Options of `quorumlock check`.
 #[derive(clap::Args, Debug)]
@@ -127,10 +128,10 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         .and_then(|nodes| nodes.require_some().map(|()| nodes));
     let nodes = match resolved {
         Ok(nodes) => nodes,
-        Err(message) => return fail(exit::USAGE, message),
+        Err(message) => return fail(Exit::Usage, message),
     };
     if args.keys.iter().any(String::is_empty) {
-        return fail(exit::USAGE, "--key must not be empty");
+        return fail(Exit::Usage, "--key must not be empty");
     }
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
     let probes = nodes
@@ -195,9 +196,9 @@ fn summarize(reports: &[Report], strict: bool) -> Summary {
         .chain(findings.iter().map(|f| f.level))
         .max();
     let code = match worst {
-        Some(Level::Error) => exit::CHECK_FAILED,
-        Some(Level::Warning) if strict => exit::CHECK_FAILED,
-        _ => 0,
+        Some(Level::Error) => Exit::CheckFailed.code(),
+        Some(Level::Warning) if strict => Exit::CheckFailed.code(),
+        _ => Exit::Success.code(),
     };
     Summary {
         nodes: n,
