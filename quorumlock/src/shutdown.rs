@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::future::join_all;
 
 use crate::client::Redlock;
-use crate::lock::release::release_held;
+use crate::lock::release::give_back;
 use crate::lock::resources::Resources;
 use crate::quorum::{self, Until};
 
@@ -15,7 +15,8 @@ use crate::quorum::{self, Until};
 #[non_exhaustive]
 #[must_use = "a shutdown that did not complete may leave keys until their ttl"]
 pub struct ShutdownReport {
-    /// Locks still held when the shutdown began, released by it.
+    /// Locks still held when the shutdown began, given back by it (deleted,
+    /// or kept until their minimum hold passes).
     pub released: usize,
     /// Of those, the locks whose release no majority confirmed in time: they
     /// may keep others out until their ttl runs out.
@@ -71,6 +72,11 @@ impl Redlock {
     /// give two holders. Long-lived services need not call it, though it is
     /// the clean way to stop one.
     ///
+    /// A lock taken with [`LockOptions::min_hold`] whose minimum hold has not
+    /// passed is given back as [`Guard::release`] gives it back: its keys
+    /// are set, owner-checked, to expire when the minimum hold passes, so
+    /// the job cannot run again before then.
+    ///
     /// Guards still alive report the lock lost ([`Guard::lost`] completes,
     /// `with_lock` stops its work with [`Error::Closed`]); their
     /// [`Guard::release`] returns [`Error::Closed`]. Calls after it return
@@ -79,6 +85,7 @@ impl Redlock {
     /// [`Guard::lost`]: crate::Guard::lost
     /// [`Guard::release`]: crate::Guard::release
     /// [`Error::Closed`]: crate::Error::Closed
+    /// [`LockOptions::min_hold`]: crate::LockOptions::min_hold
     ///
     /// # Examples
     ///
@@ -111,7 +118,9 @@ impl Redlock {
         let releases = held.into_iter().filter_map(|held| {
             held.mark_lost();
             held.claim_release().then_some(async move {
-                let tally = release_held(quorum, &held, Some(deadline), Until::All).await;
+                // As `Guard::release`: inside its minimum hold a lock's keys
+                // are kept until it passes, never deleted early.
+                let tally = give_back(quorum, &held, Some(deadline), Until::All).await.tally;
                 let confirmed = tally.ok + tally.refused >= tally.quorum();
                 (held.resources.clone(), confirmed)
             })

@@ -56,7 +56,10 @@ async fn fenced_waiters_get_each_release_far_below_the_polling_delay() {
     for round in 0..4 {
         let waiter = fenced_slow_poller(&servers);
         let waiting = tokio::spawn(async move {
-            let guard = waiter.lock(RESOURCE, Duration::from_secs(30)).await.expect("lock");
+            let guard = waiter
+                .lock(RESOURCE, Duration::from_secs(30))
+                .await
+                .expect("lock");
             (guard, Instant::now(), waiter)
         });
         for server in &servers {

@@ -1,5 +1,6 @@
 //! `LockOptions::min_hold`: a lock given back before its minimum hold has
-//! passed keeps its keys until then; one given back later is deleted.
+//! passed (released, dropped, or by a shutdown) keeps its keys until then;
+//! one given back later is deleted.
 
 use std::time::Duration;
 
@@ -185,6 +186,50 @@ async fn with_lock_and_a_dropped_guard_keep_the_keys_too() {
     .await;
     sleep_until(taken + hold).await;
     all_empty(&servers, Duration::from_secs(2)).await;
+}
+
+#[tokio::test]
+async fn a_shutdown_inside_the_min_hold_keeps_the_keys_until_it_passes() {
+    let servers = start_nodes(3);
+    let hold = Duration::from_secs(3);
+    let redlock = with_min_hold(&servers, hold);
+    let before = Instant::now();
+    let guard = redlock
+        .try_lock(KEY, Duration::from_secs(20))
+        .await
+        .expect("healthy nodes")
+        .expect("free resource");
+    let after = Instant::now();
+    let token = guard.token().to_owned();
+
+    let report = redlock.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report.released, 1, "{report}");
+    assert!(report.is_complete(), "{report}");
+    // Kept on every node until the min hold ends, far short of the 20 s
+    // ttl, and not deleted: the job cannot run again before then.
+    assert!(
+        expires_between_on_every_node(&servers, &token, before + hold, after + hold),
+        "the keys end at the min hold: {:?}",
+        servers.iter().map(|s| pttl(s, KEY)).collect::<Vec<_>>()
+    );
+    let other = client(&servers);
+    assert!(
+        other
+            .try_lock(KEY, Duration::from_secs(5))
+            .await
+            .expect("healthy")
+            .is_none(),
+        "nobody else can take a lock kept by a shutdown"
+    );
+    drop(guard);
+    sleep_until(after + hold).await;
+    all_empty(&servers, Duration::from_secs(2)).await;
+    let next = other
+        .try_lock(KEY, Duration::from_secs(5))
+        .await
+        .expect("healthy")
+        .expect("free once the min hold passed");
+    next.release().await.expect("release");
 }
 
 #[test]

@@ -80,6 +80,7 @@ pub(crate) static SCRIPTS: &[&script::Script] = &[
     &queue::REGISTER,
     &queue::UNREGISTER,
     &queue::ACQUIRE_OR_QUEUE,
+    &queue::FENCED_ACQUIRE_OR_QUEUE,
     &inspect::INSPECT,
     &inspect::FORCE_DELETE,
 ];
