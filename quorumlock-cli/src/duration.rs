@@ -12,7 +12,7 @@ use std::time::Duration;
 /// A message naming the bad part.
 pub(crate) fn parse(input: &str) -> Result<Duration, String> {
     quorumlock::parse_duration(input).map_err(|error| match error {
-        quorumlock::Error::Config(message) => message,
+        quorumlock::Error::Config(error) => error.to_string(),
         other => other.to_string(),
     })
 }

@@ -62,7 +62,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     for key in &args.keys {
         match redlock.inspect(key).await {
             Ok(inspection) => inspections.push(inspection),
-            Err(Error::Config(message)) => return fail(Exit::Usage, message),
+            Err(Error::Config(error)) => return fail(Exit::Usage, error.to_string()),
             Err(error) => return fail(Exit::Internal, error),
         }
     }

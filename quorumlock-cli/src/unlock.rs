@@ -89,7 +89,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     };
     match report {
         Ok(report) => outcome(&report),
-        Err(Error::Config(message)) => fail(Exit::Usage, message),
+        Err(Error::Config(error)) => fail(Exit::Usage, error.to_string()),
         Err(error) => fail(Exit::Internal, error),
     }
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use quorumlock::{Error, Fenced, FencedWrite, Redlock};
+use quorumlock::{ConfigError, Error, Fenced, FencedWrite, Redlock, Setting};
 
 use quorumlock_testkit::server;
 
@@ -152,6 +152,9 @@ async fn buy(
             })
             .inspect_err(|_| tracing::debug!(seen, "stale write refused"))
         }
-        _ => Err(Error::Config("unexpected fenced-write outcome".into())),
+        _ => Err(Error::Config(ConfigError::new(
+            Setting::FencedWrite,
+            "unexpected fenced-write outcome",
+        ))),
     }
 }

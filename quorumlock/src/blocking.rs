@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::builder::RedlockBuilder;
 use crate::client as lock;
 use crate::config::DEFAULT_SHUTDOWN_TIMEOUT;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::lock::guard::{self, ReleaseReport};
 use crate::lock::resources::Resources;
 use crate::options::LockOptions;
@@ -61,7 +61,12 @@ impl Runtime {
                 runtime: Some(runtime),
                 client,
             })
-            .map_err(|e| Error::Config(format!("cannot start the blocking client's runtime: {e}")))
+            .map_err(|e| {
+                Error::config(
+                    Setting::Runtime,
+                    format!("cannot start the blocking client's runtime: {e}"),
+                )
+            })
     }
 
     fn get(&self) -> &tokio::runtime::Runtime {
@@ -71,10 +76,10 @@ impl Runtime {
     /// Runs `future` to completion on the calling thread.
     fn block_on<F: Future>(&self, future: F) -> Result<F::Output> {
         if tokio::runtime::Handle::try_current().is_ok() {
-            return Err(Error::Config(
+            return Err(Error::config(
+                Setting::Runtime,
                 "quorumlock::blocking called from inside a Tokio runtime (async code or spawn_blocking); \
-                 use the async quorumlock::Redlock there"
-                    .into(),
+                 use the async quorumlock::Redlock there",
             ));
         }
         Ok(self.get().block_on(future))

@@ -9,7 +9,7 @@ use crate::config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
     DEFAULT_NODE_TIMEOUT, MAX_TTL,
 };
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::lock::shared::Shared;
 use crate::node::{Node, ReplicaAck};
 use crate::options::LockOptions;
@@ -76,6 +76,41 @@ pub struct RedlockBuilder {
     batching: bool,
     replica_ack: Option<ReplicaAck>,
     options: LockOptions,
+    /// Set by the lock-setting shortcuts, applied over `options` at
+    /// `build`, so that the order of the calls does not matter.
+    shortcuts: Shortcuts,
+}
+
+/// The lock settings set through the builder's shortcuts.
+#[derive(Debug, Default)]
+struct Shortcuts {
+    retry_delay: Option<Duration>,
+    wait: Option<Duration>,
+    max_attempts: Option<u32>,
+    min_validity: Option<Duration>,
+    auto_renew: Option<bool>,
+}
+
+impl Shortcuts {
+    /// `options` with every shortcut that was set.
+    fn apply(&self, mut options: LockOptions) -> LockOptions {
+        if let Some(delay) = self.retry_delay {
+            options = options.retry_delay(delay);
+        }
+        if let Some(wait) = self.wait {
+            options = options.wait(wait);
+        }
+        if let Some(attempts) = self.max_attempts {
+            options = options.max_attempts(attempts);
+        }
+        if let Some(min) = self.min_validity {
+            options = options.min_validity(min);
+        }
+        if let Some(on) = self.auto_renew {
+            options = options.auto_renew(on);
+        }
+        options
+    }
 }
 
 impl Default for RedlockBuilder {
@@ -90,6 +125,7 @@ impl Default for RedlockBuilder {
             batching: DEFAULT_BATCHING,
             replica_ack: None,
             options: LockOptions::default(),
+            shortcuts: Shortcuts::default(),
         }
     }
 }
@@ -166,8 +202,26 @@ impl RedlockBuilder {
         self
     }
 
-    /// The client's lock settings (see [`LockOptions`]), replacing any set
-    /// with the shortcuts below.
+    /// The client's lock settings (see [`LockOptions`]). The shortcuts
+    /// below ([`retry_delay`](Self::retry_delay), [`wait`](Self::wait),
+    /// [`max_attempts`](Self::max_attempts),
+    /// [`min_validity`](Self::min_validity),
+    /// [`auto_renew`](Self::auto_renew)) win over the same fields of these
+    /// options, whichever is called first; the other fields come from here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use quorumlock::{LockOptions, Redlock};
+    ///
+    /// // The shortcut set before `options` is kept.
+    /// let redlock = Redlock::builder()
+    ///     .node("redis://127.0.0.1:6379")
+    ///     .auto_renew(false)
+    ///     .options(LockOptions::new().fenced(true).min_hold(Duration::from_secs(60)))
+    ///     .build()
+    ///     .unwrap();
+    /// assert!(!redlock.options().renews());
+    /// ```
     pub fn options(mut self, options: LockOptions) -> Self {
         self.options = options;
         self
@@ -178,35 +232,35 @@ impl RedlockBuilder {
     /// announcements).
     /// The default is [`crate::DEFAULT_RETRY_DELAY`]. See [`LockOptions::retry_delay`].
     pub fn retry_delay(mut self, delay: Duration) -> Self {
-        self.options = self.options.retry_delay(delay);
+        self.shortcuts.retry_delay = Some(delay);
         self
     }
 
     /// How long [`Redlock::lock`] keeps trying. The default is
     /// [`crate::DEFAULT_WAIT`]. See [`LockOptions::wait`].
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.options = self.options.wait(wait);
+        self.shortcuts.wait = Some(wait);
         self
     }
 
     /// Stop [`Redlock::lock`] after this many attempts even if the wait has
     /// not run out. The default is no limit besides the wait.
     pub fn max_attempts(mut self, attempts: u32) -> Self {
-        self.options = self.options.max_attempts(attempts);
+        self.shortcuts.max_attempts = Some(attempts);
         self
     }
 
     /// Minimum validity an acquisition must leave. The default is
     /// [`crate::DEFAULT_MIN_VALIDITY`]. See [`LockOptions::min_validity`].
     pub fn min_validity(mut self, min: Duration) -> Self {
-        self.options = self.options.min_validity(min);
+        self.shortcuts.min_validity = Some(min);
         self
     }
 
     /// Whether the shared watchdog renews held locks. On by default. See
     /// [`LockOptions::auto_renew`].
     pub fn auto_renew(mut self, on: bool) -> Self {
-        self.options = self.options.auto_renew(on);
+        self.shortcuts.auto_renew = Some(on);
         self
     }
 
@@ -223,31 +277,36 @@ impl RedlockBuilder {
     /// failures.
     pub fn build(self) -> Result<Redlock> {
         if self.nodes.is_empty() {
-            return Err(Error::Config("no nodes given".into()));
+            return Err(Error::config(Setting::Nodes, "no nodes given"));
         }
-        for (what, value) in [
-            ("node timeout", self.node_timeout),
-            ("connect timeout", self.connect_timeout),
+        for (setting, what, value) in [
+            (Setting::NodeTimeout, "node timeout", self.node_timeout),
+            (Setting::ConnectTimeout, "connect timeout", self.connect_timeout),
         ] {
             if value.is_zero() || value > MAX_TTL {
-                return Err(Error::Config(format!(
-                    "{what} must be greater than zero and at most {MAX_TTL:?}, got {value:?}"
-                )));
+                return Err(Error::config(
+                    setting,
+                    format!("{what} must be greater than zero and at most {MAX_TTL:?}, got {value:?}"),
+                ));
             }
         }
         if self.drift_fixed > MAX_TTL {
-            return Err(Error::Config(format!(
-                "fixed drift must be at most {MAX_TTL:?}, got {:?}",
-                self.drift_fixed
-            )));
+            return Err(Error::config(
+                Setting::Drift,
+                format!(
+                    "fixed drift must be at most {MAX_TTL:?}, got {:?}",
+                    self.drift_fixed
+                ),
+            ));
         }
         if !(0.0..1.0).contains(&self.drift_factor) {
-            return Err(Error::Config(format!(
-                "drift factor must be in [0, 1), got {}",
-                self.drift_factor
-            )));
+            return Err(Error::config(
+                Setting::Drift,
+                format!("drift factor must be in [0, 1), got {}", self.drift_factor),
+            ));
         }
-        self.options.validate()?;
+        let options = self.shortcuts.apply(self.options.clone());
+        options.validate()?;
         if let Some(ack) = &self.replica_ack {
             ack.validate(self.node_timeout)?;
         }
@@ -259,19 +318,26 @@ impl RedlockBuilder {
                 let client = match spec {
                     NodeSpec::Client(client) => client,
                     NodeSpec::Url(url) if url.starts_with("rediss://") && !cfg!(feature = "tls") => {
-                        return Err(Error::Config(format!(
-                            "node {}: rediss:// needs the `tls` feature of quorumlock",
-                            redact_url(&url)
-                        )));
+                        return Err(Error::config(
+                            Setting::Nodes,
+                            format!(
+                                "node {}: rediss:// needs the `tls` feature of quorumlock",
+                                redact_url(&url)
+                            ),
+                        ));
                     }
-                    NodeSpec::Url(url) => redis::Client::open(url.as_str())
-                        .map_err(|e| Error::Config(format!("bad node URL {}: {e}", redact_url(&url))))?,
+                    NodeSpec::Url(url) => redis::Client::open(url.as_str()).map_err(|e| {
+                        Error::config(Setting::Nodes, format!("bad node URL {}: {e}", redact_url(&url)))
+                    })?,
                 };
                 if !client.get_connection_info().addr().is_supported() {
-                    return Err(Error::Config(format!(
-                        "node {} needs a transport this build lacks (rediss:// needs the `tls` feature)",
-                        client.get_connection_info().addr()
-                    )));
+                    return Err(Error::config(
+                        Setting::Nodes,
+                        format!(
+                            "node {} needs a transport this build lacks (rediss:// needs the `tls` feature)",
+                            client.get_connection_info().addr()
+                        ),
+                    ));
                 }
                 Ok(Node::new(
                     client,
@@ -296,7 +362,7 @@ impl RedlockBuilder {
             drift_fixed: self.drift_fixed,
         };
         let shared = Shared::new(quorum, self.heal);
-        Ok(Redlock::from_shared(Arc::new(shared), self.options))
+        Ok(Redlock::from_shared(Arc::new(shared), options))
     }
 }
 
@@ -381,5 +447,47 @@ mod tests {
         let shown = format!("{shown} {:?}", builder.build().unwrap());
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("127.0.0.1:6379"), "{shown}");
+    }
+
+    /// The shortcuts win over the same fields of `options(...)`, in either
+    /// order, and the other fields of `options(...)` stay.
+    #[test]
+    fn shortcuts_and_options_compose_in_either_order() {
+        let (wait, delay, min, hold) = (
+            Duration::from_secs(7),
+            Duration::from_millis(300),
+            Duration::from_millis(40),
+            Duration::from_secs(60),
+        );
+        let options = LockOptions::new()
+            .wait(Duration::from_secs(1))
+            .fenced(true)
+            .min_hold(hold);
+        let shortcuts = |builder: RedlockBuilder| {
+            builder
+                .wait(wait)
+                .retry_delay(delay)
+                .max_attempts(3)
+                .min_validity(min)
+                .auto_renew(false)
+        };
+        let node = "redis://127.0.0.1:1";
+        let before = shortcuts(RedlockBuilder::default().node(node)).options(options.clone());
+        let after = shortcuts(RedlockBuilder::default().node(node).options(options));
+        for redlock in [before.build().unwrap(), after.build().unwrap()] {
+            let got = redlock.options();
+            assert_eq!(
+                (
+                    got.wait,
+                    got.retry_delay,
+                    got.max_attempts,
+                    got.min_validity,
+                    got.auto_renew
+                ),
+                (wait, delay, Some(3), min, false)
+            );
+            assert!(got.fenced);
+            assert_eq!(got.min_hold, Some(hold));
+        }
     }
 }

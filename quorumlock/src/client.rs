@@ -268,7 +268,7 @@ where
     let outcome = {
         let work = work(&guard);
         tokio::select! {
-            // Work that completed wins over a loss seen in the same poll:
+            // BackgroundWork that completed wins over a loss seen in the same poll:
             // its effects have happened.
             biased;
             value = work => Some(value),

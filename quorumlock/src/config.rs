@@ -112,7 +112,7 @@ pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
 /// Validity a lock must still have, beyond one renewal round, for guarded
 /// work to start under it ([`crate::Guard::start_deadline`]).
 ///
-/// Work is started by [`crate::Redlock::with_lock`] (its first poll), the
+/// BackgroundWork is started by [`crate::Redlock::with_lock`] (its first poll), the
 /// blocking client's `with_lock` (the closure's call) and `quorumlock run`
 /// (the command's exec). Between taking the lock and that start, the
 /// process can stall: a runtime thread busy with other work, a blocked log
@@ -134,7 +134,7 @@ pub const START_MARGIN: Duration = Duration::from_millis(10);
 /// phase 1 saw a stale minority; each retry proposes above every fence it was
 /// told about, so one retry normally suffices. Four bound the extra round
 /// trips when something is badly wrong.
-pub const FENCE_ROUNDS: u32 = 4;
+pub(crate) const FENCE_ROUNDS: u32 = 4;
 
 /// How long a lock node keeps a resource's fence after the last token it
 /// accepted (the fence key's expiry, set again with every token).
@@ -148,7 +148,7 @@ pub const FENCE_ROUNDS: u32 = 4;
 /// per µs, so the new value is larger as long as the nodes' clocks neither
 /// differ nor step back by anything near a day. The argument in full is in
 /// docs/design.md.
-pub const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Default time a stored result (or cached failure) is kept: 24 hours.
 ///

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// The units accepted after a number, longest first so that `ms` is not
 /// read as `m` followed by garbage.
@@ -29,7 +29,7 @@ const UNITS: [(&str, f64); 4] = [("ms", 0.001), ("h", 3600.0), ("m", 60.0), ("s"
 /// # Ok::<(), quorumlock::Error>(())
 /// ```
 pub fn parse_duration(input: &str) -> Result<Duration> {
-    parse(input).map_err(Error::Config)
+    parse(input).map_err(|message| Error::config(Setting::Duration, message))
 }
 
 fn parse(input: &str) -> std::result::Result<Duration, String> {

@@ -5,7 +5,7 @@
 use crate::builder::RedlockBuilder;
 use crate::client::Redlock;
 use crate::duration::parse_duration;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// The node URLs, comma separated.
 const NODES: &str = "QUORUMLOCK_NODES";
@@ -33,7 +33,7 @@ impl RedlockBuilder {
     /// | `QUORUMLOCK_RETRY_DELAY` | [`RedlockBuilder::retry_delay`] | `200ms` |
     ///
     /// Durations are written as on the command line: `30s`, `500ms`, `2m`,
-    /// `1m30s`; a plain number is seconds ([`crate::parse_duration`]). A
+    /// `1m30s`; a plain number is seconds. A
     /// variable that is not set leaves its setting as it was; the command
     /// line tool reads the same names. Settings made after this call win.
     ///
@@ -65,25 +65,28 @@ impl RedlockBuilder {
         self.with_vars(|name| match std::env::var(name) {
             Ok(value) => Ok(Some(value)),
             Err(std::env::VarError::NotPresent) => Ok(None),
-            Err(std::env::VarError::NotUnicode(_)) => Err(Error::Config(format!("{name} is not UTF-8"))),
+            Err(std::env::VarError::NotUnicode(_)) => {
+                Err(Error::config(Setting::Env(name), format!("{name} is not UTF-8")))
+            }
         })
     }
 
     /// [`RedlockBuilder::from_env`] over any source of variables.
-    fn with_vars(mut self, var: impl Fn(&str) -> Result<Option<String>>) -> Result<Self> {
+    fn with_vars(mut self, var: impl Fn(&'static str) -> Result<Option<String>>) -> Result<Self> {
         if let Some(list) = var(NODES)? {
             let urls: Vec<&str> = list.split(',').map(str::trim).collect();
             if urls.iter().any(|url| url.is_empty()) {
-                return Err(Error::Config(format!(
-                    "{NODES} has an empty entry: give the node URLs separated by single commas"
-                )));
+                return Err(Error::config(
+                    Setting::Env(NODES),
+                    format!("{NODES} has an empty entry: give the node URLs separated by single commas"),
+                ));
             }
             self = self.nodes(urls);
         }
         for (name, set) in DURATIONS {
             if let Some(text) = var(name)? {
                 let value = parse_duration(&text).map_err(|error| match error {
-                    Error::Config(message) => Error::Config(format!("{name}: {message}")),
+                    Error::Config(error) => Error::config(Setting::Env(name), format!("{name}: {error}")),
                     other => other,
                 })?;
                 self = set(self, value);
@@ -115,7 +118,10 @@ impl Redlock {
     /// ```
     pub fn from_env() -> Result<Redlock> {
         if std::env::var_os(NODES).is_none() {
-            return Err(Error::Config(format!("{NODES} is not set: no nodes to lock on")));
+            return Err(Error::config(
+                Setting::Env(NODES),
+                format!("{NODES} is not set: no nodes to lock on"),
+            ));
         }
         Redlock::builder().from_env()?.build()
     }
@@ -179,7 +185,10 @@ mod tests {
             (NODES, "redis://127.0.0.1:1,,redis://127.0.0.1:2"),
         ] {
             match from(&[(name, value)]) {
-                Err(Error::Config(message)) => assert!(message.contains(name), "{name}={value:?}: {message}"),
+                Err(Error::Config(error)) => {
+                    assert_eq!(error.setting(), Setting::Env(name), "{name}={value:?}: {error}");
+                    assert!(error.message().contains(name), "{name}={value:?}: {error}");
+                }
                 other => panic!("{name}={value:?}: expected a config error, got {other:?}"),
             }
         }

@@ -82,8 +82,9 @@ pub enum Error {
         nodes: usize,
     },
     /// Invalid settings or input: fix the call, retrying will not help.
+    /// [`ConfigError::setting`] says which setting or input.
     #[error("invalid configuration: {0}")]
-    Config(String),
+    Config(ConfigError),
     /// The client was shut down ([`Redlock::shutdown`](crate::Redlock::shutdown)):
     /// it takes no new lock, and it released the locks it held.
     #[error("client shut down")]
@@ -227,3 +228,97 @@ impl fmt::Display for NodeErrors<'_> {
 
 /// Shorthand for results of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// An [`Error::Config`] about `setting`.
+    pub(crate) fn config(setting: Setting, message: impl Into<String>) -> Error {
+        Error::Config(ConfigError::new(setting, message))
+    }
+}
+
+/// What is wrong with a setting or an input: which one ([`Setting`]), and a
+/// message for people.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use quorumlock::{Error, Redlock, Setting};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let redlock = Redlock::builder().node("redis://127.0.0.1:1").build().unwrap();
+/// match redlock.try_lock("job", Duration::ZERO).await {
+///     Err(Error::Config(error)) if error.setting() == Setting::Ttl => {
+///         eprintln!("choose another ttl: {error}");
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConfigError {
+    setting: Setting,
+    message: String,
+}
+
+impl ConfigError {
+    /// An error about `setting`, explained by `message`.
+    pub fn new(setting: Setting, message: impl Into<String>) -> Self {
+        ConfigError {
+            setting,
+            message: message.into(),
+        }
+    }
+
+    /// The setting or input that is wrong.
+    pub fn setting(&self) -> Setting {
+        self.setting
+    }
+
+    /// What is wrong with it, for people.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+/// The setting or input an [`Error::Config`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Setting {
+    /// The node URLs: none given, a bad URL, a transport this build lacks.
+    Nodes,
+    /// [`RedlockBuilder::node_timeout`](crate::RedlockBuilder::node_timeout).
+    NodeTimeout,
+    /// [`RedlockBuilder::connect_timeout`](crate::RedlockBuilder::connect_timeout).
+    ConnectTimeout,
+    /// [`RedlockBuilder::drift`](crate::RedlockBuilder::drift): factor or fixed part.
+    Drift,
+    /// [`RedlockBuilder::replica_ack`](crate::RedlockBuilder::replica_ack).
+    ReplicaAck,
+    /// A lock's ttl: outside its bounds, or leaving no validity.
+    Ttl,
+    /// A lock's resources: none, an empty or reserved name, a duplicate, too many.
+    Resources,
+    /// [`LockOptions::max_attempts`](crate::LockOptions::max_attempts).
+    MaxAttempts,
+    /// [`LockOptions::retry_delay`](crate::LockOptions::retry_delay).
+    RetryDelay,
+    /// [`LockOptions::min_hold`](crate::LockOptions::min_hold).
+    MinHold,
+    /// A duration written as text (`30s`, `500ms`).
+    Duration,
+    /// An environment variable that `from_env` reads, by name.
+    Env(&'static str),
+    /// An idempotency key, or what is stored under it.
+    IdempotencyKey,
+    /// [`Idempotency::result_ttl`](crate::Idempotency::result_ttl).
+    ResultTtl,
+    /// A lock token given to an operator call.
+    Token,
+    /// A fenced write's operation, or the data it met.
+    FencedWrite,
+    /// The blocking client's runtime.
+    Runtime,
+}

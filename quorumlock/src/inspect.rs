@@ -16,7 +16,7 @@ use redis::RedisResult;
 use tokio::time::Instant;
 
 use crate::client::Redlock;
-use crate::error::{Error, NodeErrorKind, Result};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::resources::Resources;
 use crate::node::Acked;
 use crate::quorum::Quorum;
@@ -255,7 +255,7 @@ impl Redlock {
     pub async fn unlock(&self, resource: &str, token: &str) -> Result<UnlockReport> {
         let resource = self.operable(resource)?;
         if token.is_empty() {
-            return Err(Error::Config("empty token".into()));
+            return Err(Error::config(Setting::Token, "empty token"));
         }
         let quorum = &self.shared.quorum;
         let release = Arc::new(Release::new(Arc::new([resource.clone()]), Arc::from(token)));

@@ -37,16 +37,22 @@ mod inspect;
 #[doc(hidden)]
 pub use wire::probe as cli_probe;
 
-pub use builder::{RedlockBuilder, redact_url};
+pub use builder::RedlockBuilder;
+// For the quorumlock CLI, not covered by semver: the duration format of its
+// arguments (which `from_env` reads too) and the password-free form of node
+// URLs for its messages.
+#[doc(hidden)]
+pub use builder::redact_url;
 pub use client::Redlock;
 pub use config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
     DEFAULT_MIN_VALIDITY, DEFAULT_NODE_TIMEOUT, DEFAULT_REPLICA_ACK_TIMEOUT, DEFAULT_RESULT_TTL,
-    DEFAULT_RETRY_DELAY, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, FENCE_RETENTION, FENCE_ROUNDS,
-    MAX_TTL, MIN_RETRY_DELAY, START_MARGIN,
+    DEFAULT_RETRY_DELAY, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL, MIN_RETRY_DELAY,
+    START_MARGIN,
 };
+#[doc(hidden)]
 pub use duration::parse_duration;
-pub use error::{Error, NodeError, NodeErrorKind, Result};
+pub use error::{ConfigError, Error, NodeError, NodeErrorKind, Result, Setting};
 pub use idempotency::Idempotency;
 pub use inspect::{
     DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
@@ -56,5 +62,9 @@ pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::resources::{MAX_RESOURCES, Resources};
 pub use node::ReplicaAck;
 pub use options::LockOptions;
+/// The Redis client crate, for [`RedlockBuilder::client`] (a `redis::Client`
+/// with settings of the caller's own) at the version this crate uses.
+pub use redis;
 pub use shutdown::ShutdownReport;
+pub use tasks::BackgroundWork;
 pub use wire::keys::RESERVED_PREFIX;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::config::{DEFAULT_MIN_VALIDITY, DEFAULT_RETRY_DELAY, DEFAULT_WAIT, MAX_TTL, MIN_RETRY_DELAY};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 
 /// How a lock is taken and kept: the settings that may differ per call.
 ///
@@ -76,11 +76,13 @@ impl LockOptions {
         self
     }
 
-    /// Mean delay between attempts of [`crate::Redlock::lock`] when nodes
-    /// fail, randomised by ±50 %. Under contention a waiter retries as soon
-    /// as the holder's release is announced, and otherwise polls with a
-    /// delay that starts at an eighth of this and doubles up to it (for
-    /// releases that send no announcement, such as expiry).
+    /// Mean delay between attempts of [`crate::Redlock::lock`], randomised
+    /// by ±50 %, the same for every retry. Under contention a waiter retries
+    /// as soon as a release names it (it is first in line), and otherwise
+    /// after this delay: for releases that announce nothing (expiry, other
+    /// libraries), lost announcements, and failing nodes. Idempotency keys
+    /// poll a busy key with a delay that starts at an eighth of this and
+    /// doubles up to it.
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.retry_delay = delay;
         self
@@ -165,20 +167,27 @@ impl LockOptions {
 
     pub(crate) fn validate(&self) -> Result<()> {
         if self.max_attempts == Some(0) {
-            return Err(Error::Config("max attempts must be at least 1".into()));
+            return Err(Error::config(
+                Setting::MaxAttempts,
+                "max attempts must be at least 1",
+            ));
         }
         if self.retry_delay < MIN_RETRY_DELAY {
-            return Err(Error::Config(format!(
-                "retry delay must be at least {MIN_RETRY_DELAY:?}, got {:?}",
-                self.retry_delay
-            )));
+            return Err(Error::config(
+                Setting::RetryDelay,
+                format!(
+                    "retry delay must be at least {MIN_RETRY_DELAY:?}, got {:?}",
+                    self.retry_delay
+                ),
+            ));
         }
         if let Some(hold) = self.min_hold
             && hold > MAX_TTL
         {
-            return Err(Error::Config(format!(
-                "min hold must be at most {MAX_TTL:?}, got {hold:?}"
-            )));
+            return Err(Error::config(
+                Setting::MinHold,
+                format!("min hold must be at most {MAX_TTL:?}, got {hold:?}"),
+            ));
         }
         Ok(())
     }

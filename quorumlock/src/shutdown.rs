@@ -9,6 +9,7 @@ use crate::client::Redlock;
 use crate::lock::release::give_back;
 use crate::lock::resources::Resources;
 use crate::quorum::{self, Until};
+use crate::tasks::BackgroundWork;
 
 /// What [`Redlock::shutdown`] achieved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,12 +22,9 @@ pub struct ShutdownReport {
     /// Of those, the locks whose release no majority confirmed in time: they
     /// may keep others out until their ttl runs out.
     pub unconfirmed: Vec<Resources>,
-    /// Background work still running when the timeout passed, as
-    /// `(what, how many)`: `"releases"`, `"late replies"` (requests whose
-    /// caller stopped waiting, driven so that the release behind them is
-    /// sent), `"queue updates"` (hand-off bookkeeping), `"renewal loop"`,
-    /// `"request batches"`, `"wake-up subscriptions"`.
-    pub unfinished: Vec<(&'static str, usize)>,
+    /// Background work still running when the timeout passed: each kind
+    /// with its number of tasks.
+    pub unfinished: Vec<(BackgroundWork, usize)>,
 }
 
 impl ShutdownReport {

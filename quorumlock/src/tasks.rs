@@ -10,6 +10,7 @@
 //! before a task it never waited for has sent a byte. Tracking them is what
 //! lets such a program leave no key behind.
 
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,10 +20,14 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// What a background task is for, as a shutdown report names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Work {
-    /// Replies still to come after the caller stopped waiting.
+/// What a background task of a client is for: a shutdown reports the
+/// kinds still running when its timeout passed
+/// ([`ShutdownReport::unfinished`](crate::ShutdownReport::unfinished)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackgroundWork {
+    /// Replies still to come after the caller stopped waiting (driven, so
+    /// that a release queued behind a request is still sent).
     Replies,
     /// A release: after a failed or cancelled attempt, from a dropped guard,
     /// after a loss.
@@ -39,27 +44,34 @@ pub(crate) enum Work {
     ClockReading,
 }
 
-impl Work {
-    const ALL: [Work; 7] = [
-        Work::Replies,
-        Work::Release,
-        Work::Queue,
-        Work::Renewal,
-        Work::Batch,
-        Work::Subscription,
-        Work::ClockReading,
+impl BackgroundWork {
+    const ALL: [BackgroundWork; 7] = [
+        BackgroundWork::Replies,
+        BackgroundWork::Release,
+        BackgroundWork::Queue,
+        BackgroundWork::Renewal,
+        BackgroundWork::Batch,
+        BackgroundWork::Subscription,
+        BackgroundWork::ClockReading,
     ];
 
+    /// What the work is, in the words of a shutdown report.
     fn name(self) -> &'static str {
         match self {
-            Work::Replies => "late replies",
-            Work::Release => "releases",
-            Work::Queue => "queue updates",
-            Work::Renewal => "renewal loop",
-            Work::Batch => "request batches",
-            Work::Subscription => "wake-up subscriptions",
-            Work::ClockReading => "clock readings",
+            BackgroundWork::Replies => "late replies",
+            BackgroundWork::Release => "releases",
+            BackgroundWork::Queue => "queue updates",
+            BackgroundWork::Renewal => "renewal loop",
+            BackgroundWork::Batch => "request batches",
+            BackgroundWork::Subscription => "wake-up subscriptions",
+            BackgroundWork::ClockReading => "clock readings",
         }
+    }
+}
+
+impl fmt::Display for BackgroundWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 
@@ -68,15 +80,15 @@ impl Work {
 pub(crate) struct Tasks {
     tracker: TaskTracker,
     closing: CancellationToken,
-    /// Tasks running, by [`Work`] (same order as [`Work::ALL`]).
-    running: [AtomicUsize; Work::ALL.len()],
+    /// Tasks running, by [`BackgroundWork`] (same order as [`BackgroundWork::ALL`]).
+    running: [AtomicUsize; BackgroundWork::ALL.len()],
 }
 
 /// Counts a task as running until it ends or is dropped (its runtime shut
 /// down, also before its first poll).
 struct Running {
     tasks: Arc<Tasks>,
-    kind: Work,
+    kind: BackgroundWork,
 }
 
 impl Drop for Running {
@@ -89,7 +101,7 @@ impl Tasks {
     /// Spawns `work` on the current runtime, tracked. Panics outside a
     /// runtime, as `tokio::spawn` does: callers that may run without one
     /// (`Drop`) use [`Tasks::spawn_on`].
-    pub(crate) fn spawn<F>(self: &Arc<Self>, kind: Work, work: F) -> JoinHandle<()>
+    pub(crate) fn spawn<F>(self: &Arc<Self>, kind: BackgroundWork, work: F) -> JoinHandle<()>
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -100,7 +112,7 @@ impl Tasks {
     pub(crate) fn spawn_on<F>(
         self: &Arc<Self>,
         runtime: &tokio::runtime::Handle,
-        kind: Work,
+        kind: BackgroundWork,
         work: F,
     ) -> JoinHandle<()>
     where
@@ -122,7 +134,7 @@ impl Tasks {
 
     /// Spawns `work` on the current runtime if there is one (from `Drop`,
     /// which must never block); returns whether it was spawned.
-    pub(crate) fn spawn_if_running<F>(self: &Arc<Self>, kind: Work, work: F) -> bool
+    pub(crate) fn spawn_if_running<F>(self: &Arc<Self>, kind: BackgroundWork, work: F) -> bool
     where
         F: Future<Output = ()> + Send + 'static,
     {
@@ -135,8 +147,11 @@ impl Tasks {
         }
     }
 
-    fn counter(&self, kind: Work) -> &AtomicUsize {
-        let index = Work::ALL.iter().position(|&k| k == kind).unwrap_or_default();
+    fn counter(&self, kind: BackgroundWork) -> &AtomicUsize {
+        let index = BackgroundWork::ALL
+            .iter()
+            .position(|&k| k == kind)
+            .unwrap_or_default();
         &self.running[index]
     }
 
@@ -153,20 +168,20 @@ impl Tasks {
     /// Closes the client and waits until every tracked task ended or
     /// `deadline` passed; returns the kinds of work still running then, with
     /// their counts.
-    pub(crate) async fn close_and_wait(&self, deadline: Instant) -> Vec<(&'static str, usize)> {
+    pub(crate) async fn close_and_wait(&self, deadline: Instant) -> Vec<(BackgroundWork, usize)> {
         self.closing.cancel();
         self.tracker.close();
         if tokio::time::timeout_at(deadline, self.tracker.wait())
             .await
             .is_ok()
         {
-            // Work spawned after this moment (a caller acting on the
+            // BackgroundWork spawned after this moment (a caller acting on the
             // shutdown) was not part of it.
             return Vec::new();
         }
-        Work::ALL
+        BackgroundWork::ALL
             .iter()
-            .map(|&kind| (kind.name(), self.counter(kind).load(Ordering::Relaxed)))
+            .map(|&kind| (kind, self.counter(kind).load(Ordering::Relaxed)))
             .filter(|&(_, count)| count > 0)
             .collect()
     }
@@ -187,25 +202,28 @@ mod tests {
         let tasks = Arc::new(Tasks::default());
         let handle = {
             let _entered = runtime.enter();
-            tasks.spawn(Work::Renewal, std::future::pending())
+            tasks.spawn(BackgroundWork::Renewal, std::future::pending())
         };
         assert!(!handle.is_finished());
         drop(runtime);
         assert!(handle.is_finished());
-        assert_eq!(tasks.counter(Work::Renewal).load(Ordering::Relaxed), 0);
+        assert_eq!(tasks.counter(BackgroundWork::Renewal).load(Ordering::Relaxed), 0);
     }
 
     #[tokio::test(start_paused = true)]
     async fn close_and_wait_names_the_work_still_running() {
         let tasks = Arc::new(Tasks::default());
-        tasks.spawn(Work::Release, std::future::pending());
-        tasks.spawn(Work::Replies, async {});
+        tasks.spawn(BackgroundWork::Release, std::future::pending());
+        tasks.spawn(BackgroundWork::Replies, async {});
         let closing = tasks.closing().clone();
-        tasks.spawn(Work::Subscription, async move { closing.cancelled().await });
+        tasks.spawn(
+            BackgroundWork::Subscription,
+            async move { closing.cancelled().await },
+        );
         let left = tasks
             .close_and_wait(Instant::now() + Duration::from_secs(1))
             .await;
-        assert_eq!(left, [("releases", 1)]);
+        assert_eq!(left, [(BackgroundWork::Release, 1)]);
         assert!(tasks.is_closed());
     }
 }

@@ -6,8 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::Error;
 use quorumlock::blocking::{Guard, Redlock};
+use quorumlock::{Error, Setting};
 use quorumlock_testkit::{Proxy, RedisServer, builder, dbsize, get, pttl, set_foreign, start_nodes};
 
 fn client(nodes: &[RedisServer]) -> Redlock {
@@ -180,7 +180,7 @@ fn calls_from_inside_a_runtime_are_config_errors() {
             .try_lock("blocking:other", Duration::from_secs(5))
             .unwrap_err();
         assert!(
-            matches!(error, Error::Config(ref m) if m.contains("inside a Tokio runtime")),
+            matches!(error, Error::Config(ref e) if e.setting() == Setting::Runtime && e.message().contains("inside a Tokio runtime")),
             "{error}"
         );
         assert!(matches!(outside.wait_lost(Duration::ZERO), Err(Error::Config(_))));

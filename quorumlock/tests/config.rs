@@ -1,23 +1,28 @@
-//! Bad input is a `Config` error, never a panic and never a network call.
+//! Bad input is a `Config` error naming the setting, never a panic and
+//! never a network call.
 
 use std::time::Duration;
 
-use quorumlock::{Error, Redlock};
+use quorumlock::{Error, Redlock, Setting};
 use quorumlock_testkit::{RedisServer, client, get};
 
-fn config_error<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
+/// The message of the `Config` error `result` must be, about `setting`.
+fn config_error<T: std::fmt::Debug>(setting: Setting, result: Result<T, Error>) -> String {
     match result {
-        Err(Error::Config(message)) => message,
-        other => panic!("expected a Config error, got {other:?}"),
+        Err(Error::Config(error)) => {
+            assert_eq!(error.setting(), setting, "{error}");
+            error.to_string()
+        }
+        other => panic!("expected a Config error about {setting:?}, got {other:?}"),
     }
 }
 
 #[test]
 fn empty_node_list_is_rejected() {
-    let message = config_error(Redlock::builder().build());
+    let message = config_error(Setting::Nodes, Redlock::builder().build());
     assert!(message.contains("no nodes"), "{message}");
     let none: [&str; 0] = [];
-    config_error(Redlock::builder().nodes(none).build());
+    config_error(Setting::Nodes, Redlock::builder().nodes(none).build());
 }
 
 #[test]
@@ -28,38 +33,58 @@ fn bad_urls_are_rejected_without_leaking_the_password() {
         "http://127.0.0.1:6379",
         "redis://127.0.0.1:notaport",
     ] {
-        config_error(Redlock::builder().node(url).build());
+        config_error(Setting::Nodes, Redlock::builder().node(url).build());
     }
-    let message = config_error(Redlock::builder().node("ftp://user:hunter2@127.0.0.1:1").build());
+    let message = config_error(
+        Setting::Nodes,
+        Redlock::builder().node("ftp://user:hunter2@127.0.0.1:1").build(),
+    );
     assert!(!message.contains("hunter2"), "{message}");
 }
 
 #[cfg(not(feature = "tls"))]
 #[test]
 fn tls_urls_need_the_tls_feature() {
-    let message = config_error(Redlock::builder().node("rediss://127.0.0.1:6380").build());
+    let message = config_error(
+        Setting::Nodes,
+        Redlock::builder().node("rediss://127.0.0.1:6380").build(),
+    );
     assert!(message.contains("tls"), "{message}");
 }
 
 #[test]
 fn bad_timing_settings_are_rejected() {
     let node = "redis://127.0.0.1:1";
-    config_error(Redlock::builder().node(node).node_timeout(Duration::ZERO).build());
     config_error(
+        Setting::NodeTimeout,
+        Redlock::builder().node(node).node_timeout(Duration::ZERO).build(),
+    );
+    config_error(
+        Setting::ConnectTimeout,
         Redlock::builder()
             .node(node)
             .connect_timeout(Duration::ZERO)
             .build(),
     );
-    config_error(Redlock::builder().node(node).drift(1.5, Duration::ZERO).build());
-    config_error(Redlock::builder().node(node).drift(-0.1, Duration::ZERO).build());
     config_error(
+        Setting::Drift,
+        Redlock::builder().node(node).drift(1.5, Duration::ZERO).build(),
+    );
+    config_error(
+        Setting::Drift,
+        Redlock::builder().node(node).drift(-0.1, Duration::ZERO).build(),
+    );
+    config_error(
+        Setting::Drift,
         Redlock::builder()
             .node(node)
             .drift(f64::NAN, Duration::ZERO)
             .build(),
     );
-    config_error(Redlock::builder().node(node).max_attempts(0).build());
+    config_error(
+        Setting::MaxAttempts,
+        Redlock::builder().node(node).max_attempts(0).build(),
+    );
 }
 
 #[test]
@@ -89,17 +114,26 @@ async fn bad_lock_input_is_rejected_before_any_request() {
         .build()
         .unwrap();
     let ttl = Duration::from_secs(10);
-    config_error(redlock.try_lock("r", Duration::ZERO).await);
-    config_error(redlock.try_lock("r", Duration::from_micros(500)).await);
-    config_error(redlock.try_lock("", ttl).await);
-    config_error(redlock.try_lock(Vec::<String>::new(), ttl).await);
-    config_error(redlock.try_lock(["a", ""], ttl).await);
-    config_error(redlock.try_lock(["a", "a"], ttl).await);
-    config_error(redlock.lock("", ttl).await);
+    config_error(Setting::Ttl, redlock.try_lock("r", Duration::ZERO).await);
+    config_error(
+        Setting::Ttl,
+        redlock.try_lock("r", Duration::from_micros(500)).await,
+    );
+    config_error(Setting::Resources, redlock.try_lock("", ttl).await);
+    config_error(
+        Setting::Resources,
+        redlock.try_lock(Vec::<String>::new(), ttl).await,
+    );
+    config_error(Setting::Resources, redlock.try_lock(["a", ""], ttl).await);
+    config_error(Setting::Resources, redlock.try_lock(["a", "a"], ttl).await);
+    config_error(Setting::Resources, redlock.lock("", ttl).await);
     // Drift (1 % + 2 ms) plus the node timeout leave nothing of a 100 ms ttl.
-    config_error(redlock.try_lock("r", Duration::from_millis(100)).await);
+    config_error(
+        Setting::Ttl,
+        redlock.try_lock("r", Duration::from_millis(100)).await,
+    );
     // A ttl that cannot leave the 5 s minimum validity.
-    let message = config_error(redlock.try_lock("r", Duration::from_secs(5)).await);
+    let message = config_error(Setting::Ttl, redlock.try_lock("r", Duration::from_secs(5)).await);
     assert!(message.contains("minimum validity"), "{message}");
 }
 
@@ -110,7 +144,7 @@ async fn drift_larger_than_the_ttl_is_rejected() {
         .drift(0.0, Duration::from_secs(2))
         .build()
         .unwrap();
-    let message = config_error(redlock.try_lock("r", Duration::from_secs(1)).await);
+    let message = config_error(Setting::Ttl, redlock.try_lock("r", Duration::from_secs(1)).await);
     assert!(message.contains("drift"), "{message}");
 }
 
@@ -124,7 +158,7 @@ async fn bad_extend_ttl_is_rejected_and_keeps_the_lock() {
         .unwrap()
         .unwrap();
     let before = guard.valid_until();
-    config_error(guard.extend(Duration::ZERO).await);
+    config_error(Setting::Ttl, guard.extend(Duration::ZERO).await);
     assert_eq!(guard.valid_until(), before);
     assert_eq!(get(&server, "r").as_deref(), Some(guard.token()));
     guard.release().await.unwrap();

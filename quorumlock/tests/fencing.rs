@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, Fenced, FencedWrite, Redlock};
+use quorumlock::{Error, Fenced, FencedWrite, Redlock, Setting};
 use quorumlock_testkit::{RedisServer, builder, calls, client, eventually, get, set_foreign, start_nodes};
 use redis::aio::MultiplexedConnection;
 use tokio::time::Instant;
@@ -208,13 +208,19 @@ async fn fenced_write_on_a_key_of_the_wrong_type_is_a_clear_error() {
         write.incr_by(&mut conn, "stock:list", -1, 0).await,
     ] {
         match result {
-            Err(Error::Config(message)) => assert!(message.contains("list"), "{message}"),
+            Err(Error::Config(error)) => {
+                assert_eq!(error.setting(), Setting::FencedWrite, "{error}");
+                assert!(error.message().contains("list"), "{error}");
+            }
             other => panic!("expected a Config error, got {other:?}"),
         }
     }
     data.command(&["SET", "stock:text", "many"]).unwrap();
     match write.incr_by(&mut conn, "stock:text", -1, 0).await {
-        Err(Error::Config(message)) => assert!(message.contains("integer"), "{message}"),
+        Err(Error::Config(error)) => {
+            assert_eq!(error.setting(), Setting::FencedWrite, "{error}");
+            assert!(error.message().contains("integer"), "{error}");
+        }
         other => panic!("expected a Config error, got {other:?}"),
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use quorumlock::{Error, Redlock};
+use quorumlock::{Error, Redlock, Setting};
 use quorumlock_testkit::{client, start_nodes, urls};
 
 #[tokio::test]
@@ -13,7 +13,7 @@ async fn a_client_from_the_environment_locks_on_its_nodes_with_its_settings() {
     // environment while it is changed.
     unsafe { std::env::remove_var("QUORUMLOCK_NODES") };
     match Redlock::from_env() {
-        Err(Error::Config(message)) => assert!(message.contains("QUORUMLOCK_NODES"), "{message}"),
+        Err(Error::Config(error)) => assert_eq!(error.setting(), Setting::Env("QUORUMLOCK_NODES"), "{error}"),
         other => panic!("expected a config error without nodes, got {other:?}"),
     }
 

@@ -6,7 +6,7 @@
 use std::slice;
 use std::time::Duration;
 
-use quorumlock::{Error, NodeError, NodeErrorKind, Redlock, ReplicaAck};
+use quorumlock::{Error, NodeError, NodeErrorKind, Redlock, ReplicaAck, Setting};
 use quorumlock_testkit::{RedisServer, calls, client, dbsize, get, int, pttl, server, start_nodes, urls};
 use tokio::time::Instant;
 
@@ -296,7 +296,10 @@ fn replica_ack_timeout_not_below_the_node_timeout_is_a_config_error() {
     let ms = Duration::from_millis;
     for wait in [ms(100), ms(250)] {
         match build(ms(100), ReplicaAck::new(1).with_timeout(wait)) {
-            Err(Error::Config(message)) => assert!(message.contains("node timeout"), "{message}"),
+            Err(Error::Config(error)) => {
+                assert_eq!(error.setting(), Setting::ReplicaAck, "{error}");
+                assert!(error.message().contains("node timeout"), "{error}");
+            }
             other => panic!("expected a Config error for WAIT {wait:?}, got {other:?}"),
         }
     }

@@ -91,7 +91,7 @@ use std::time::Duration;
 use self::rounds::Claim;
 use crate::client::Redlock;
 use crate::config::{DEFAULT_RESULT_TTL, MAX_TTL};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::wire::idempotency as wire_idempotency;
 use crate::wire::keys;
 
@@ -339,29 +339,39 @@ impl Idempotency {
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
         let bytes = self.run(key, ttl, op).await?;
-        String::from_utf8(bytes)
-            .map_err(|_| Error::Config(format!("the result stored under {key:?} is not UTF-8 text")))
+        String::from_utf8(bytes).map_err(|_| {
+            Error::config(
+                Setting::IdempotencyKey,
+                format!("the result stored under {key:?} is not UTF-8 text"),
+            )
+        })
     }
 
     /// Validates the input; returns the ttl in whole milliseconds.
     fn check(&self, key: &str, ttl: Duration) -> Result<Duration> {
         if key.is_empty() {
-            return Err(Error::Config("empty idempotency key".into()));
+            return Err(Error::config(Setting::IdempotencyKey, "empty idempotency key"));
         }
         if self.redlock.shared.is_closed() {
             return Err(Error::Closed);
         }
         if self.result_ttl < Duration::from_millis(1) || self.result_ttl > MAX_TTL {
-            return Err(Error::Config(format!(
-                "result ttl must be at least 1 ms and at most {MAX_TTL:?}, got {:?}",
-                self.result_ttl
-            )));
+            return Err(Error::config(
+                Setting::ResultTtl,
+                format!(
+                    "result ttl must be at least 1 ms and at most {MAX_TTL:?}, got {:?}",
+                    self.result_ttl
+                ),
+            ));
         }
         if keys::is_reserved(key) {
-            return Err(Error::Config(format!(
-                "idempotency key {key:?} is in quorumlock's reserved namespace {:?}",
-                keys::RESERVED_PREFIX
-            )));
+            return Err(Error::config(
+                Setting::IdempotencyKey,
+                format!(
+                    "idempotency key {key:?} is in quorumlock's reserved namespace {:?}",
+                    keys::RESERVED_PREFIX
+                ),
+            ));
         }
         self.redlock
             .shared

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Idempotency;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::lock::release::{Deadlines, release_all};
 use crate::quorum::{self, Tally, Until};
 use crate::random;
@@ -55,11 +55,14 @@ impl Idempotency {
                 failed: Some(message),
                 ..
             } => Ok(Claim::Failed(message)),
-            Found { foreign: true, .. } => Err(Error::Config(format!(
-                "key {:?} holds a value that idempotency keys did not write (is it also a lock \
+            Found { foreign: true, .. } => Err(Error::config(
+                Setting::IdempotencyKey,
+                format!(
+                    "key {:?} holds a value that idempotency keys did not write (is it also a lock \
                  resource or other data? give idempotency keys their own prefix)",
-                keys[0]
-            ))),
+                    keys[0]
+                ),
+            )),
             _ if tally.reached() => {
                 let lease = self.redlock.shared.quorum.lease(start, ttl, &tally);
                 match lease.left(self.redlock.options.min_validity) {

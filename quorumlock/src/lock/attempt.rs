@@ -18,7 +18,7 @@ use crate::error::{Error, NodeErrorKind, Result};
 use crate::options::LockOptions;
 use crate::quorum::{Tally, Until};
 use crate::random;
-use crate::tasks::Work;
+use crate::tasks::BackgroundWork;
 use crate::wire::lock::{Acquire, Release};
 
 /// One acquisition attempt on `resources`, of the given `kind` (a waiter's
@@ -250,7 +250,7 @@ impl Drop for Undo<'_> {
             .shared
             .quorum
             .tasks
-            .spawn_if_running(Work::Release, async move {
+            .spawn_if_running(BackgroundWork::Release, async move {
                 let deadlines = Deadlines {
                     answer_by: quorum.deadline(),
                     finish_by: Instant::now() + ttl,

@@ -34,7 +34,7 @@ use redis::aio::ConnectionLike;
 use tokio::time::Instant;
 
 use crate::config::{FENCE_RETENTION, FENCE_ROUNDS};
-use crate::error::{Error, NodeError, NodeErrorKind, Result};
+use crate::error::{Error, NodeError, NodeErrorKind, Result, Setting};
 use crate::quorum::{Quorum, Until};
 use crate::wire::fence::{self as wire_fence, FencedReply, Propose};
 use crate::wire::keys;
@@ -204,8 +204,12 @@ impl FencedWrite {
             }
         })?;
         let number = |what: &str, text: &str| -> Result<i64> {
-            text.parse()
-                .map_err(|_| Error::Config(format!("fenced write: unexpected {what} {text:?}")))
+            text.parse().map_err(|_| {
+                Error::config(
+                    Setting::FencedWrite,
+                    format!("fenced write: unexpected {what} {text:?}"),
+                )
+            })
         };
         Ok(match reply {
             FencedReply::Applied(value) => Fenced::Applied(value.parse().ok()),
@@ -215,7 +219,12 @@ impl FencedWrite {
             FencedReply::BelowMin(current) => Fenced::BelowMin {
                 current: number("value", &current)?,
             },
-            FencedReply::BadKey(detail) => return Err(Error::Config(format!("fenced write: {detail}"))),
+            FencedReply::BadKey(detail) => {
+                return Err(Error::config(
+                    Setting::FencedWrite,
+                    format!("fenced write: {detail}"),
+                ));
+            }
         })
     }
 }

@@ -150,7 +150,7 @@ impl Guard {
     /// [`Guard::valid_until`] minus one renewal round (the client's node
     /// timeout) and [`START_MARGIN`].
     ///
-    /// Work that starts later could not count on its first renewal, and may
+    /// BackgroundWork that starts later could not count on its first renewal, and may
     /// run past the validity (beside the next holder) before the loss signal
     /// can stop it. [`Redlock::with_lock`](crate::Redlock::with_lock),
     /// [`Redlock::try_with_lock`](crate::Redlock::try_with_lock) and

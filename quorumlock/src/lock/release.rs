@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::state::Held;
 use crate::quorum::{Quorum, Tally, Until};
-use crate::tasks::Work;
+use crate::tasks::BackgroundWork;
 use crate::wire::lock::{Extend, Release};
 
 /// How long a release's fan-out waits for answers, and how long the
@@ -149,7 +149,9 @@ async fn wait_for_renewals(quorum: &Quorum, held: &Held) {
 /// Without a runtime nothing is sent and the keys expire with their ttl.
 pub(crate) fn release_in_background(quorum: &Arc<Quorum>, held: &Arc<Held>) {
     let (task_quorum, held) = (Arc::clone(quorum), Arc::clone(held));
-    quorum.tasks.spawn_if_running(Work::Release, async move {
-        give_back(&task_quorum, &held, None, Until::All).await;
-    });
+    quorum
+        .tasks
+        .spawn_if_running(BackgroundWork::Release, async move {
+            give_back(&task_quorum, &held, None, Until::All).await;
+        });
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Setting};
 use crate::wire::MAX_LOCK_KEYS;
 use crate::wire::keys::{self, RESERVED_PREFIX};
 
@@ -29,28 +29,32 @@ impl Resources {
     /// ([`RESERVED_PREFIX`]).
     pub(crate) fn validated(self) -> Result<Self> {
         if self.0.is_empty() {
-            return Err(Error::Config("no resource given".into()));
+            return Err(Error::config(Setting::Resources, "no resource given"));
         }
         if self.0.len() > MAX_RESOURCES {
-            return Err(Error::Config(format!(
-                "{} resources in one lock, at most {MAX_RESOURCES}",
-                self.0.len()
-            )));
+            return Err(Error::config(
+                Setting::Resources,
+                format!("{} resources in one lock, at most {MAX_RESOURCES}", self.0.len()),
+            ));
         }
         // A set only where a name can repeat: most locks have one resource,
         // and this runs on every lock call.
         let mut seen = (self.0.len() > 1).then(|| std::collections::HashSet::with_capacity(self.0.len()));
         for name in self.0.iter() {
             if name.is_empty() {
-                return Err(Error::Config("empty resource name".into()));
+                return Err(Error::config(Setting::Resources, "empty resource name"));
             }
             if keys::is_reserved(name) {
-                return Err(Error::Config(format!(
-                    "resource {name:?} is in quorumlock's reserved namespace {RESERVED_PREFIX:?}"
-                )));
+                return Err(Error::config(
+                    Setting::Resources,
+                    format!("resource {name:?} is in quorumlock's reserved namespace {RESERVED_PREFIX:?}"),
+                ));
             }
             if seen.as_mut().is_some_and(|seen| !seen.insert(name.as_str())) {
-                return Err(Error::Config(format!("resource {name:?} given twice")));
+                return Err(Error::config(
+                    Setting::Resources,
+                    format!("resource {name:?} given twice"),
+                ));
             }
         }
         Ok(self)

@@ -25,7 +25,7 @@ use super::release::release_in_background;
 use super::state::Held;
 use crate::config::{RENEW_DIVISOR, WATCHDOG_LINGER};
 use crate::quorum::{Quorum, Tally};
-use crate::tasks::Work;
+use crate::tasks::BackgroundWork;
 use crate::wire::lock::{Renew, RenewItem, RenewStatus};
 
 /// The registry of renewed locks and the handle on the one renewal task.
@@ -176,7 +176,7 @@ pub(crate) fn register(watchdog: &Arc<Watchdog>, held: &Arc<Held>) -> u64 {
         state.wake_at = None;
         state.idle_since = None;
         let task = run(Arc::clone(watchdog));
-        state.task = Some(watchdog.quorum.tasks.spawn(Work::Renewal, task));
+        state.task = Some(watchdog.quorum.tasks.spawn(BackgroundWork::Renewal, task));
     }
     id
 }

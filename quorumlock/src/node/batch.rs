@@ -44,7 +44,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::conn::Conn;
-use crate::tasks::{Tasks, Work};
+use crate::tasks::{BackgroundWork, Tasks};
 use crate::wire::batch::{self as wire_batch, BATCH_MAX, Op};
 
 /// Where a queued request's outcome goes: granted / deleted or not.
@@ -100,7 +100,7 @@ impl Batcher {
     fn start_flush(self: &Arc<Self>, state: &mut State, conn: &Arc<Conn>) {
         let flush = flush(Arc::clone(self), Arc::clone(conn));
         match tokio::runtime::Handle::try_current() {
-            Ok(runtime) => state.flusher = Some(self.tasks.spawn_on(&runtime, Work::Batch, flush)),
+            Ok(runtime) => state.flusher = Some(self.tasks.spawn_on(&runtime, BackgroundWork::Batch, flush)),
             Err(_) => {
                 for (_, reply) in state.queue.drain(..) {
                     let _ = reply.send(Err(failure("no runtime to send the batch")));

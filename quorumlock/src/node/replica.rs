@@ -40,7 +40,7 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use crate::config::DEFAULT_REPLICA_ACK_TIMEOUT;
-use crate::error::{Error, NodeErrorKind, Result};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::wire;
 
 /// Replica-acknowledged mode: a lock write counts on a node only once this
@@ -169,24 +169,31 @@ impl ReplicaAck {
     /// Checks the setting against the client's per-node timeout.
     pub(crate) fn validate(&self, node_timeout: Duration) -> Result<()> {
         if self.replicas == 0 {
-            return Err(Error::Config(
-                "replica ack needs at least 1 replica: WAIT 0 confirms nothing".into(),
+            return Err(Error::config(
+                Setting::ReplicaAck,
+                "replica ack needs at least 1 replica: WAIT 0 confirms nothing",
             ));
         }
         if self.timeout < Duration::from_millis(1) {
-            return Err(Error::Config(format!(
-                "replica ack timeout must be at least 1 ms, got {:?}: WAIT with a timeout of 0 \
+            return Err(Error::config(
+                Setting::ReplicaAck,
+                format!(
+                    "replica ack timeout must be at least 1 ms, got {:?}: WAIT with a timeout of 0 \
                  blocks until the replicas answer, however long that takes",
-                self.timeout
-            )));
+                    self.timeout
+                ),
+            ));
         }
         if self.timeout >= node_timeout {
-            return Err(Error::Config(format!(
-                "replica ack timeout {:?} must be shorter than the node timeout {node_timeout:?}: \
+            return Err(Error::config(
+                Setting::ReplicaAck,
+                format!(
+                    "replica ack timeout {:?} must be shorter than the node timeout {node_timeout:?}: \
                  the node timeout bounds the write and its WAIT together, so a healthy node \
                  whose replicas answer late would count as timed out",
-                self.timeout
-            )));
+                    self.timeout
+                ),
+            ));
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use super::tally::{Tally, Until};
 use crate::error::NodeErrorKind;
 use crate::node::{Acked, Node};
-use crate::tasks::{Tasks, Work};
+use crate::tasks::{BackgroundWork, Tasks};
 
 /// Sends `op(i)` to every node `i` at once and feeds each node's outcome to
 /// `on_reply` as it arrives, until `on_reply` says stop or every node has
@@ -78,7 +78,7 @@ pub(crate) async fn gather<T, F, Fut>(
         answered[i] = true;
         stopped = on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break();
     }
-    drive_leftovers(tasks, Work::Replies, pending, finish_by);
+    drive_leftovers(tasks, BackgroundWork::Replies, pending, finish_by);
 }
 
 /// Hands `op(i)` to every node `i` and returns without waiting for the
@@ -93,7 +93,7 @@ where
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let (pending, _) = start((0..nodes).map(|i| indexed(i, op(i))));
-    drive_leftovers(tasks, Work::Queue, pending, finish_by);
+    drive_leftovers(tasks, BackgroundWork::Queue, pending, finish_by);
 }
 
 /// `request` to `node`, its outcome tagged with the node's index. Held in
@@ -134,8 +134,12 @@ fn start<G: Future>(requests: impl Iterator<Item = G>) -> (FuturesUnordered<G>, 
 /// Drives requests still pending when their caller stopped waiting, until
 /// `finish_by` (see [`gather`]), as tracked work of kind `kind`. One timer
 /// bounds them all, not one per request: this is on every lock's path.
-fn drive_leftovers<Fut>(tasks: &Arc<Tasks>, kind: Work, pending: FuturesUnordered<Fut>, finish_by: Instant)
-where
+fn drive_leftovers<Fut>(
+    tasks: &Arc<Tasks>,
+    kind: BackgroundWork,
+    pending: FuturesUnordered<Fut>,
+    finish_by: Instant,
+) where
     Fut: Future + Send + 'static,
     Fut::Output: Send,
 {

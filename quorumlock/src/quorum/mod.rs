@@ -20,9 +20,9 @@ use self::gather::{Answer, fan_out, gather, hand_over};
 pub(crate) use self::lease::Lease;
 pub(crate) use self::tally::{Tally, Until, quorum};
 use crate::config::{FAR_FUTURE, MAX_TTL};
-use crate::error::{Error, NodeErrorKind, Result as LockResult};
+use crate::error::{Error, NodeErrorKind, Result as LockResult, Setting};
 use crate::node::Node;
-use crate::tasks::{Tasks, Work};
+use crate::tasks::{BackgroundWork, Tasks};
 use crate::wire::Request;
 
 /// The nodes of one client, the client's background work, and its timing
@@ -190,12 +190,13 @@ impl Quorum {
                 continue;
             }
             let (nodes, deadline) = (Arc::clone(&self.nodes), self.deadline());
-            self.tasks.spawn_if_running(Work::ClockReading, async move {
-                let read = tokio::time::timeout_at(deadline, nodes[i].read_clock()).await;
-                if let Ok(Err(error)) = read {
-                    tracing::trace!(node = nodes[i].name(), %error, "clock reading failed");
-                }
-            });
+            self.tasks
+                .spawn_if_running(BackgroundWork::ClockReading, async move {
+                    let read = tokio::time::timeout_at(deadline, nodes[i].read_clock()).await;
+                    if let Ok(Err(error)) = read {
+                        tracing::trace!(node = nodes[i].name(), %error, "clock reading failed");
+                    }
+                });
         }
     }
 
@@ -215,17 +216,21 @@ impl Quorum {
     pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> LockResult<Duration> {
         let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
         if ttl.is_zero() || ttl > MAX_TTL {
-            return Err(Error::Config(format!(
-                "ttl must be at least 1 ms and at most {MAX_TTL:?}, got {requested:?}"
-            )));
+            return Err(Error::config(
+                Setting::Ttl,
+                format!("ttl must be at least 1 ms and at most {MAX_TTL:?}, got {requested:?}"),
+            ));
         }
         let drift = self.drift(ttl);
         let timeout = self.node_timeout;
         if drift.saturating_add(timeout) >= ttl || min_validity.saturating_add(drift) >= ttl {
-            return Err(Error::Config(format!(
-                "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout \
+            return Err(Error::config(
+                Setting::Ttl,
+                format!(
+                    "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout \
                  {timeout:?} and the minimum validity {min_validity:?}"
-            )));
+                ),
+            ));
         }
         Ok(ttl)
     }

@@ -25,7 +25,7 @@ use super::super::kind::Line;
 use crate::config::QUEUE_MARGIN;
 use crate::node::pubsub::{self, Command, Listener};
 use crate::quorum::Quorum;
-use crate::tasks::Work;
+use crate::tasks::BackgroundWork;
 use crate::wire::keys;
 use crate::wire::queue::{self, QueueEntry, Register, Unregister};
 
@@ -166,12 +166,14 @@ impl Drop for Subscription {
                 Arc::clone(&self.member),
                 self.expires,
             );
-            self.quorum.tasks.spawn_if_running(Work::Queue, async move {
-                let all: Vec<usize> = (0..quorum.len()).collect();
-                quorum
-                    .tell(&all, expires, Arc::new(Unregister { queues, member }))
-                    .await;
-            });
+            self.quorum
+                .tasks
+                .spawn_if_running(BackgroundWork::Queue, async move {
+                    let all: Vec<usize> = (0..quorum.len()).collect();
+                    quorum
+                        .tell(&all, expires, Arc::new(Unregister { queues, member }))
+                        .await;
+                });
         }
         let Some(mailbox) = self.handoff.upgrade() else {
             return;
@@ -284,7 +286,7 @@ impl Handoff {
                     commands,
                 );
                 let closing = quorum.tasks.closing().clone();
-                quorum.tasks.spawn(Work::Subscription, async move {
+                quorum.tasks.spawn(BackgroundWork::Subscription, async move {
                     // A shutdown ends it, connected or not.
                     tokio::select! {
                         () = subscriber => {}
