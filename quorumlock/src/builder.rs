@@ -264,18 +264,8 @@ impl RedlockBuilder {
         self
     }
 
-    /// Checks the settings and creates the client. Does not connect.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::Config`] for an empty node list, a URL that does not parse,
-    /// a zero node or connect timeout, a drift factor outside `[0, 1)`,
-    /// zero attempts, or a [`ReplicaAck`] for no replica or whose timeout is
-    /// below 1 ms or not shorter than the node timeout.
-    /// An even number of nodes is allowed but logged as a warning: it needs
-    /// as large a majority as one node more would, and tolerates no more
-    /// failures.
-    pub fn build(self) -> Result<Redlock> {
+    /// Checks the node list and the timing settings (see [`Self::build`]).
+    fn check_timing(&self) -> Result<()> {
         if self.nodes.is_empty() {
             return Err(Error::config(Setting::Nodes, "no nodes given"));
         }
@@ -305,6 +295,22 @@ impl RedlockBuilder {
                 format!("drift factor must be in [0, 1), got {}", self.drift_factor),
             ));
         }
+        Ok(())
+    }
+
+    /// Checks the settings and creates the client. Does not connect.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty node list, a URL that does not parse,
+    /// a zero node or connect timeout, a drift factor outside `[0, 1)`,
+    /// zero attempts, or a [`ReplicaAck`] for no replica or whose timeout is
+    /// below 1 ms or not shorter than the node timeout.
+    /// An even number of nodes is allowed but logged as a warning: it needs
+    /// as large a majority as one node more would, and tolerates no more
+    /// failures.
+    pub fn build(self) -> Result<Redlock> {
+        self.check_timing()?;
         let options = self.shortcuts.apply(self.options.clone());
         options.validate()?;
         if let Some(ack) = &self.replica_ack {
