@@ -3,7 +3,10 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, Guard, Redlock, RedlockBuilder, ReleaseReport, ReplicaAck, Resources};
+use quorumlock::{
+    BackgroundWork, ConfigError, Error, Guard, Redlock, RedlockBuilder, ReleaseReport, ReplicaAck, Resources,
+    Setting, ShutdownReport,
+};
 
 fn send_sync<T: Send + Sync>(_: &T) {}
 fn send<T: Send>(_: &T) {}
@@ -18,6 +21,10 @@ fn public_types_are_send_and_sync() {
     check::<ReleaseReport>();
     check::<ReplicaAck>();
     check::<Resources>();
+    check::<ConfigError>();
+    check::<Setting>();
+    check::<ShutdownReport>();
+    check::<BackgroundWork>();
 }
 
 #[allow(dead_code, unused_must_use, clippy::let_underscore_future)]
