@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockOptions, MAX_TTL, Redlock};
+use quorumlock::{Error, Guard, LockOptions, MAX_TTL, Redlock};
 use quorumlock_testkit::{RedisServer, all_empty, client, eventually, get, pttl, start_nodes};
 use tokio::time::{Instant, sleep_until};
 
@@ -47,18 +47,46 @@ fn expires_between_on_every_node(
     })
 }
 
-#[tokio::test]
-async fn a_release_before_the_min_hold_keeps_the_keys_until_it_passes() {
-    let servers = start_nodes(3);
-    let hold = Duration::from_secs(3);
-    let redlock = with_min_hold(&servers, hold);
+/// Takes [`KEY`] (free) for 20 s; returns the guard and instants before
+/// and after the call, between which the acquisition started.
+async fn take(redlock: &Redlock) -> (Guard, Instant, Instant) {
     let before = Instant::now();
     let guard = redlock
         .try_lock(KEY, Duration::from_secs(20))
         .await
         .expect("healthy nodes")
         .expect("free resource");
-    let after = Instant::now();
+    (guard, before, Instant::now())
+}
+
+/// Nobody else can take a lock whose keys are kept until `kept_until`, and
+/// anyone can once it passed: its keys are gone by then.
+async fn kept_then_free(servers: &[RedisServer], kept_until: Instant) {
+    let other = client(servers);
+    assert!(
+        other
+            .try_lock(KEY, Duration::from_secs(5))
+            .await
+            .expect("healthy")
+            .is_none(),
+        "nobody else can take a kept lock"
+    );
+    sleep_until(kept_until).await;
+    all_empty(servers, Duration::from_secs(2)).await;
+    let next = other
+        .try_lock(KEY, Duration::from_secs(5))
+        .await
+        .expect("healthy")
+        .expect("free once the min hold passed");
+    next.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn a_release_before_the_min_hold_keeps_the_keys_until_it_passes() {
+    let servers = start_nodes(3);
+    let hold = Duration::from_secs(3);
+    let redlock = with_min_hold(&servers, hold);
+    let (guard, before, after) = take(&redlock).await;
     let token = guard.token().to_owned();
 
     let report = guard.release().await.expect("release");
@@ -78,24 +106,7 @@ async fn a_release_before_the_min_hold_keeps_the_keys_until_it_passes() {
         || expires_at_on_every_node(&servers, &token, kept_until),
     )
     .await;
-    let other = client(&servers);
-    assert!(
-        other
-            .try_lock(KEY, Duration::from_secs(5))
-            .await
-            .expect("healthy")
-            .is_none(),
-        "nobody else can take a kept lock"
-    );
-
-    sleep_until(kept_until).await;
-    all_empty(&servers, Duration::from_secs(2)).await;
-    let next = other
-        .try_lock(KEY, Duration::from_secs(5))
-        .await
-        .expect("healthy")
-        .expect("free once the min hold passed");
-    next.release().await.expect("release");
+    kept_then_free(&servers, kept_until).await;
 }
 
 #[tokio::test]
@@ -193,13 +204,7 @@ async fn a_shutdown_inside_the_min_hold_keeps_the_keys_until_it_passes() {
     let servers = start_nodes(3);
     let hold = Duration::from_secs(3);
     let redlock = with_min_hold(&servers, hold);
-    let before = Instant::now();
-    let guard = redlock
-        .try_lock(KEY, Duration::from_secs(20))
-        .await
-        .expect("healthy nodes")
-        .expect("free resource");
-    let after = Instant::now();
+    let (guard, before, after) = take(&redlock).await;
     let token = guard.token().to_owned();
 
     let report = redlock.shutdown(Duration::from_secs(5)).await;
@@ -212,24 +217,8 @@ async fn a_shutdown_inside_the_min_hold_keeps_the_keys_until_it_passes() {
         "the keys end at the min hold: {:?}",
         servers.iter().map(|s| pttl(s, KEY)).collect::<Vec<_>>()
     );
-    let other = client(&servers);
-    assert!(
-        other
-            .try_lock(KEY, Duration::from_secs(5))
-            .await
-            .expect("healthy")
-            .is_none(),
-        "nobody else can take a lock kept by a shutdown"
-    );
     drop(guard);
-    sleep_until(after + hold).await;
-    all_empty(&servers, Duration::from_secs(2)).await;
-    let next = other
-        .try_lock(KEY, Duration::from_secs(5))
-        .await
-        .expect("healthy")
-        .expect("free once the min hold passed");
-    next.release().await.expect("release");
+    kept_then_free(&servers, after + hold).await;
 }
 
 #[test]

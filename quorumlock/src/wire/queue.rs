@@ -285,13 +285,8 @@ impl Request for Unregister {
 
 /// [`ACQUIRE_OR_QUEUE`] of `key` for the waiter of `entry`.
 pub(crate) fn acquire_or_queue(key: &str, token: &str, ttl_ms: u64, entry: &QueueEntry) -> Cmd {
-    let mut cmd = ACQUIRE_OR_QUEUE.call(2, (key, &entry.queues[0]));
-    cmd.arg(token)
-        .arg(ttl_ms)
-        .arg(entry.place)
-        .arg(&*entry.member)
-        .arg(entry.ttl_ms.to_string());
-    cmd
+    let cmd = ACQUIRE_OR_QUEUE.call(2, (key, &entry.queues[0]));
+    with_waiter_args(cmd, token, ttl_ms, entry)
 }
 
 /// [`FENCED_ACQUIRE_OR_QUEUE`] of `key` with its `fence_key`, for the
@@ -303,7 +298,13 @@ pub(crate) fn fenced_acquire_or_queue(
     ttl_ms: u64,
     entry: &QueueEntry,
 ) -> Cmd {
-    let mut cmd = FENCED_ACQUIRE_OR_QUEUE.call(3, (key, fence_key, &entry.queues[0]));
+    let cmd = FENCED_ACQUIRE_OR_QUEUE.call(3, (key, fence_key, &entry.queues[0]));
+    with_waiter_args(cmd, token, ttl_ms, entry)
+}
+
+/// The `ARGV` the waiter's acquire scripts share: token, ttl in ms, then
+/// the waiter's place, member and queue ttl in ms.
+fn with_waiter_args(mut cmd: Cmd, token: &str, ttl_ms: u64, entry: &QueueEntry) -> Cmd {
     cmd.arg(token)
         .arg(ttl_ms)
         .arg(entry.place)

@@ -5,8 +5,10 @@
 //! One concern per module: `taking_turns` (how fast and how fairly the lock
 //! passes between waiters), `wake_subscription` (the pub/sub channel that
 //! carries the wake-ups, and polling where none comes) and `wait_queue` (the
-//! per-resource line of waiters that a release names its successor from).
+//! per-resource line of waiters that a release names its successor from);
+//! `fenced` (fenced waiters, handed the lock the same way).
 
+mod fenced;
 mod taking_turns;
 mod wait_queue;
 mod wake_subscription;
