@@ -4,16 +4,20 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::Backend;
 use crate::client::Redlock;
 use crate::config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
     DEFAULT_NODE_TIMEOUT, MAX_TTL,
 };
 use crate::error::{Error, Result, Setting};
+#[cfg(feature = "etcd")]
+use crate::etcd;
 use crate::lock::shared::Shared;
 use crate::node::{Node, ReplicaAck};
 use crate::options::LockOptions;
 use crate::quorum::Quorum;
+use crate::redact::redact_url;
 use crate::tasks::Tasks;
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
@@ -317,6 +321,9 @@ impl RedlockBuilder {
             ack.validate(self.node_timeout)?;
         }
         let tasks = Arc::new(Tasks::default());
+        if let Some(backend) = self.other_backend(&tasks)? {
+            return Ok(Redlock::new(backend, options));
+        }
         let nodes = self
             .nodes
             .into_iter()
@@ -368,81 +375,71 @@ impl RedlockBuilder {
             drift_fixed: self.drift_fixed,
         };
         let shared = Shared::new(quorum, self.heal);
-        Ok(Redlock::from_shared(Arc::new(shared), options))
+        Ok(Redlock::new(Backend::Redis(Arc::new(shared)), options))
+    }
+
+    /// The backend other than Redis that the node URLs name, if any: one
+    /// `etcd://` URL (a whole cluster), alone.
+    fn other_backend(&self, tasks: &Arc<Tasks>) -> Result<Option<Backend>> {
+        let etcd: Vec<&str> = self
+            .nodes
+            .iter()
+            .filter_map(|spec| match spec {
+                NodeSpec::Url(url) if names_etcd(url) => Some(url.as_str()),
+                _ => None,
+            })
+            .collect();
+        let Some(url) = etcd.first() else {
+            return Ok(None);
+        };
+        if self.nodes.len() > 1 {
+            return Err(Error::config(
+                Setting::Nodes,
+                "an etcd URL names a whole cluster and cannot be mixed with other nodes: give its \
+                 members in one URL (etcd://h1:2379,h2:2379,h3:2379)",
+            ));
+        }
+        if self.replica_ack.is_some() {
+            return Err(Error::config(
+                Setting::ReplicaAck,
+                "replica acknowledgement is for Redis nodes; etcd acknowledges a write once a majority of its members has it",
+            ));
+        }
+        self.etcd(url, tasks).map(Some)
+    }
+
+    #[cfg(feature = "etcd")]
+    fn etcd(&self, url: &str, tasks: &Arc<Tasks>) -> Result<Backend> {
+        let timing = etcd::Timing {
+            node_timeout: self.node_timeout,
+            connect_timeout: self.connect_timeout,
+            drift_factor: self.drift_factor,
+            drift_fixed: self.drift_fixed,
+        };
+        let store = etcd::Store::new(etcd::EtcdUrl::parse(url)?, timing, Arc::clone(tasks));
+        Ok(Backend::Etcd(Arc::new(store)))
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    fn etcd(&self, url: &str, _tasks: &Arc<Tasks>) -> Result<Backend> {
+        Err(Error::config(
+            Setting::Nodes,
+            format!(
+                "{}: etcd:// needs the `etcd` feature of quorumlock",
+                redact_url(url)
+            ),
+        ))
     }
 }
 
-/// A node URL fit to print: any password replaced by `***`
-/// (`redis://user:***@host:6379/0`). Use it wherever a node URL is shown
-/// (logs, errors, status output); quorumlock's own messages and `Debug`
-/// output never contain a password.
-///
-/// # Examples
-///
-/// ```
-/// assert_eq!(quorumlock::redact_url("redis://app:s3cret@10.0.0.1:6379/2"), "redis://app:***@10.0.0.1:6379/2");
-/// assert_eq!(quorumlock::redact_url("redis://10.0.0.1:6379"), "redis://10.0.0.1:6379");
-/// ```
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme) = url.find("://") else {
-        // Not a URL: it cannot be told which part is secret.
-        return "***".to_owned();
-    };
-    let authority_end = url[scheme + 3..]
-        .find(['/', '?', '#'])
-        .map_or(url.len(), |i| scheme + 3 + i);
-    let shown = match url[..authority_end].rfind('@') {
-        None => url.to_owned(),
-        Some(at) => {
-            let userinfo = &url[scheme + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &userinfo[..colon], &url[at..]),
-                // `redis://secret@host`: redis-rs reads a lone user part as
-                // the user name, but people write passwords there too.
-                None if !userinfo.is_empty() => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-    };
-    redact_query(&shown)
-}
-
-/// `unix:///run/redis.sock?db=1&pass=secret`: the password of a socket URL
-/// travels in the query.
-fn redact_query(url: &str) -> String {
-    let Some(start) = url.find('?') else {
-        return url.to_owned();
-    };
-    let (base, query) = url.split_at(start + 1);
-    let params: Vec<String> = query
-        .split('&')
-        .map(|param| match param.split_once('=') {
-            Some((name, _)) if matches!(name, "pass" | "password") => format!("{name}=***"),
-            _ => param.to_owned(),
-        })
-        .collect();
-    format!("{base}{}", params.join("&"))
+/// Whether `url` names an etcd cluster rather than a Redis node.
+fn names_etcd(url: &str) -> bool {
+    url.starts_with("etcd://") || url.starts_with("etcds://")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn redact_hides_only_the_password() {
-        assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redact_url("redis://:secret@h"), "redis://:***@h");
-        assert_eq!(redact_url("rediss://u:p@ss:w@rd@h:1"), "rediss://u:***@h:1");
-        assert_eq!(redact_url("redis://secret@h"), "redis://***@h");
-        assert_eq!(redact_url("redis://h:6379"), "redis://h:6379");
-        assert_eq!(redact_url("redis://h:6379/0?x=a@b"), "redis://h:6379/0?x=a@b");
-        assert_eq!(redact_url("unix:///run/redis.sock"), "unix:///run/redis.sock");
-        assert_eq!(
-            redact_url("unix:///run/redis.sock?db=1&pass=secret"),
-            "unix:///run/redis.sock?db=1&pass=***"
-        );
-        assert_eq!(redact_url("secret@host:6379"), "***");
-    }
 
     #[test]
     fn the_builder_never_prints_a_password() {

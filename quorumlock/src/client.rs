@@ -1,16 +1,12 @@
 //! The client: [`Redlock`] with `try_lock`, `lock` and `with_lock`.
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::lock::attempt::attempt;
 use crate::lock::guard::Guard;
-use crate::lock::kind::Kind;
 use crate::lock::resources::Resources;
-use crate::lock::shared::Shared;
-use crate::lock::waiter;
 use crate::options::LockOptions;
 
 /// A distributed lock client over N independent Redis nodes (Redlock).
@@ -42,14 +38,14 @@ use crate::options::LockOptions;
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) backend: Backend,
     pub(crate) options: LockOptions,
 }
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Redlock")
-            .field("nodes", &self.shared.quorum.nodes)
+            .field("backend", &self.backend)
             .field("quorum", &self.quorum())
             .field("options", &self.options)
             .finish_non_exhaustive()
@@ -57,8 +53,8 @@ impl fmt::Debug for Redlock {
 }
 
 impl Redlock {
-    pub(crate) fn from_shared(shared: Arc<Shared>, options: LockOptions) -> Self {
-        Redlock { shared, options }
+    pub(crate) fn new(backend: Backend, options: LockOptions) -> Self {
+        Redlock { backend, options }
     }
 
     /// The lock settings this client uses (a copy, to modify and pass to
@@ -76,19 +72,20 @@ impl Redlock {
     pub fn with_options(&self, options: LockOptions) -> Result<Redlock> {
         options.validate()?;
         Ok(Redlock {
-            shared: Arc::clone(&self.shared),
+            backend: self.backend.clone(),
             options,
         })
     }
 
-    /// Number of configured nodes.
+    /// Number of configured nodes (independent quorum members): the Redis
+    /// nodes, or 1 for an etcd cluster, which keeps its own quorum.
     pub fn nodes(&self) -> usize {
-        self.shared.quorum.len()
+        self.backend.members()
     }
 
     /// Nodes that must agree for a lock to be held: `nodes / 2 + 1`.
     pub fn quorum(&self) -> usize {
-        self.shared.quorum.majority()
+        self.backend.majority()
     }
 
     /// One attempt to take the lock on `resources`.
@@ -120,8 +117,7 @@ impl Redlock {
     /// [`Redlock::shutdown`] waits for), so it leaves no key of ours.
     pub async fn try_lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Option<Guard>> {
         let resources = resources.into().validated()?;
-        let kind = Kind::new(self.options.fenced, None);
-        match attempt(&self.shared, &self.options, &resources, ttl, kind).await {
+        match self.backend.try_lock(&self.options, &resources, ttl).await {
             Ok(guard) => Ok(Some(guard)),
             Err(Error::Held { .. }) => Ok(None),
             Err(e) => Err(e),
@@ -148,7 +144,7 @@ impl Redlock {
     /// As for [`Redlock::try_lock`].
     pub async fn lock(&self, resources: impl Into<Resources>, ttl: Duration) -> Result<Guard> {
         let resources = resources.into().validated()?;
-        waiter::lock(&self.shared, &self.options, &resources, ttl).await
+        self.backend.lock(&self.options, &resources, ttl).await
     }
 
     /// Takes the lock (waiting as [`Redlock::lock`] does), runs `work` while

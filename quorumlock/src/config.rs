@@ -283,3 +283,24 @@ pub(crate) const RATE_READ_EVERY: Duration = Duration::from_millis(200);
 /// What "never" is for a wait or timeout of `Duration::MAX`: a century, far beyond any
 /// process's life, and small enough for every clock's `Instant`.
 pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
+
+/// The least time an etcd request may take before it counts as failed
+/// (the builder's node timeout, when larger, applies instead).
+///
+/// A write to etcd is acknowledged once a majority of members has synced it
+/// to disk, and during a leader election nothing is acknowledged until a
+/// leader is elected (etcd's election timeout is 1 s by default). The Redis
+/// node timeout (100 ms) would turn a slow fsync into an outage; half a
+/// second rides out the fsync and a fast election, and the ttl check keeps
+/// every lock's validity above it.
+#[cfg(feature = "etcd")]
+pub(crate) const ETCD_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// How soon an etcd keep-alive that failed is sent again.
+///
+/// A failed keep-alive is nearly always a leader election or a member
+/// restart, over within an election timeout; trying every 100 ms confirms
+/// the lease as soon as a leader serves again, without flooding a cluster
+/// that is electing, and leaves many tries within a lease of a second or more.
+#[cfg(feature = "etcd")]
+pub(crate) const ETCD_RENEW_RETRY: Duration = Duration::from_millis(100);

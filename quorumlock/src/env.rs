@@ -155,7 +155,7 @@ mod tests {
         .and_then(RedlockBuilder::build)
         .expect("valid settings");
         assert_eq!(redlock.nodes(), 3);
-        let quorum = &redlock.shared.quorum;
+        let quorum = &redlock.backend.redis("test").unwrap().quorum;
         assert_eq!(quorum.node_timeout, Duration::from_millis(250));
         let options = redlock.options();
         assert_eq!(options.wait, Duration::from_secs(90));
@@ -173,7 +173,10 @@ mod tests {
             .expect("valid settings");
         assert_eq!(redlock.nodes(), 1);
         assert_eq!(redlock.options().wait, Duration::from_secs(3));
-        assert_eq!(redlock.shared.quorum.node_timeout, crate::DEFAULT_NODE_TIMEOUT);
+        assert_eq!(
+            redlock.backend.redis("test").unwrap().quorum.node_timeout,
+            crate::DEFAULT_NODE_TIMEOUT
+        );
     }
 
     #[test]

@@ -154,6 +154,9 @@ pub struct NodeError {
 pub enum NodeErrorKind {
     /// No reply within the per-node timeout.
     Timeout(Duration),
+    /// An etcd cluster refused or failed a request (no leader, a lease not
+    /// found, a connection error), as its client described it.
+    Etcd(String),
     /// The connection or the server reported an error.
     Redis(redis::RedisError),
     /// Replica-acknowledged mode ([`crate::ReplicaAck`]): the node performed
@@ -184,6 +187,7 @@ impl fmt::Display for NodeError {
         match &self.kind {
             NodeErrorKind::Timeout(t) => write!(f, "{}: no reply within {t:?}", self.node),
             NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Etcd(e) => write!(f, "{}: {e}", self.node),
             NodeErrorKind::ReplicasMissing {
                 acked,
                 required,
@@ -207,7 +211,8 @@ impl std::error::Error for NodeError {
         match &self.kind {
             NodeErrorKind::Timeout(_)
             | NodeErrorKind::ReplicasMissing { .. }
-            | NodeErrorKind::ClockTooFast { .. } => None,
+            | NodeErrorKind::ClockTooFast { .. }
+            | NodeErrorKind::Etcd(_) => None,
             NodeErrorKind::Redis(e) => Some(e),
         }
     }

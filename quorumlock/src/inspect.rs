@@ -199,7 +199,7 @@ impl Redlock {
     /// reported as [`KeyState::Failed`].
     pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
         let resource = self.operable(resource)?;
-        let quorum = &self.shared.quorum;
+        let quorum = &self.backend.redis("inspect")?.quorum;
         let request = Arc::new(Inspect {
             key: resource.clone(),
             queue: keys::queue(&resource),
@@ -257,14 +257,14 @@ impl Redlock {
         if token.is_empty() {
             return Err(Error::config(Setting::Token, "empty token"));
         }
-        let quorum = &self.shared.quorum;
+        let quorum = &self.backend.redis("unlock")?.quorum;
         let release = Arc::new(Release::new(Arc::new([resource.clone()]), Arc::from(token)));
         let replies = each_node(quorum, |i| {
             let (nodes, release) = (Arc::clone(&quorum.nodes), Arc::clone(&release));
             async move { Ok(Ok(nodes[i].release(&release).await?)) }
         })
         .await;
-        Ok(self.report(resource, replies, |deleted| {
+        Ok(report(quorum, resource, replies, |deleted| {
             (deleted > 0).then(|| DeletedValue::String(token.to_owned()))
         }))
     }
@@ -287,7 +287,7 @@ impl Redlock {
     /// [`UnlockReport`].
     pub async fn force_unlock(&self, resource: &str) -> Result<UnlockReport> {
         let resource = self.operable(resource)?;
-        let quorum = &self.shared.quorum;
+        let quorum = &self.backend.redis("force_unlock")?.quorum;
         let request = Arc::new(ForceDelete {
             key: resource.clone(),
             queue: keys::queue(&resource),
@@ -297,7 +297,7 @@ impl Redlock {
             async move { nodes[i].send(&*request).await }
         })
         .await;
-        Ok(self.report(resource, replies, |content| match content {
+        Ok(report(quorum, resource, replies, |content| match content {
             Content::Nothing => None,
             Content::String(value) => Some(DeletedValue::String(lossy(value))),
             Content::Other(kind) => Some(DeletedValue::Other { kind }),
@@ -307,38 +307,37 @@ impl Redlock {
     /// `resource` checked as a lock's name is, for a client still open.
     fn operable(&self, resource: &str) -> Result<String> {
         let resources = Resources::from(resource).validated()?;
-        if self.shared.is_closed() {
+        if self.backend.is_closed() {
             return Err(Error::Closed);
         }
         Ok(resources.names()[0].clone())
     }
+}
 
-    /// The report of an unlock from each node's reply, `deleted` saying
-    /// what a reply deleted.
-    fn report<T>(
-        &self,
-        resource: String,
-        replies: Vec<Result<T, NodeErrorKind>>,
-        deleted: impl Fn(T) -> Option<DeletedValue>,
-    ) -> UnlockReport {
-        let quorum = &self.shared.quorum;
-        let nodes = replies
-            .into_iter()
-            .zip(quorum.nodes.iter())
-            .map(|(reply, node)| NodeUnlock {
-                node: node.name().to_owned(),
-                outcome: match reply.map(&deleted) {
-                    Ok(Some(value)) => UnlockOutcome::Deleted(value),
-                    Ok(None) => UnlockOutcome::NotHeld,
-                    Err(kind) => UnlockOutcome::Failed(kind),
-                },
-            })
-            .collect();
-        UnlockReport {
-            resource,
-            nodes,
-            quorum: quorum.majority(),
-        }
+/// The report of an unlock from each node's reply, `deleted` saying
+/// what a reply deleted.
+fn report<T>(
+    quorum: &Quorum,
+    resource: String,
+    replies: Vec<Result<T, NodeErrorKind>>,
+    deleted: impl Fn(T) -> Option<DeletedValue>,
+) -> UnlockReport {
+    let nodes = replies
+        .into_iter()
+        .zip(quorum.nodes.iter())
+        .map(|(reply, node)| NodeUnlock {
+            node: node.name().to_owned(),
+            outcome: match reply.map(&deleted) {
+                Ok(Some(value)) => UnlockOutcome::Deleted(value),
+                Ok(None) => UnlockOutcome::NotHeld,
+                Err(kind) => UnlockOutcome::Failed(kind),
+            },
+        })
+        .collect();
+    UnlockReport {
+        resource,
+        nodes,
+        quorum: quorum.majority(),
     }
 }
 

@@ -4,14 +4,17 @@
 #![warn(rust_2018_idioms, unreachable_pub)]
 
 // The layers, each using only those above it in this list:
-// leaves (config, duration, error, options, random, tasks), then wire <- node <-
+// leaves (config, duration, error, options, random, redact, tasks), then wire <- node <-
 // quorum <- lock <- client (builder, client, env, shutdown) <- extras
-// (idempotency, blocking, inspect). docs/design.md has the map.
+// (idempotency, blocking, inspect). The etcd backend sits beside the Redis
+// layers (it uses lock::state and quorum::Lease), below `backend`, the seam
+// the client and guards use. docs/design.md has the map.
 mod config;
 mod duration;
 mod error;
 mod options;
 mod random;
+mod redact;
 mod tasks;
 
 mod wire;
@@ -22,6 +25,10 @@ mod quorum;
 
 mod lock;
 
+#[cfg(feature = "etcd")]
+mod etcd;
+
+mod backend;
 mod builder;
 mod client;
 mod env;
@@ -41,8 +48,6 @@ pub use builder::RedlockBuilder;
 // For the quorumlock CLI, not covered by semver: the duration format of its
 // arguments (which `from_env` reads too) and the password-free form of node
 // URLs for its messages.
-#[doc(hidden)]
-pub use builder::redact_url;
 pub use client::Redlock;
 pub use config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
@@ -62,6 +67,8 @@ pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::resources::{MAX_RESOURCES, Resources};
 pub use node::ReplicaAck;
 pub use options::LockOptions;
+#[doc(hidden)]
+pub use redact::redact_url;
 /// The Redis client crate, for [`RedlockBuilder::client`] (a `redis::Client`
 /// with settings of the caller's own) at the version this crate uses.
 pub use redis;

@@ -92,6 +92,7 @@ use self::rounds::Claim;
 use crate::client::Redlock;
 use crate::config::{DEFAULT_RESULT_TTL, MAX_TTL};
 use crate::error::{Error, Result, Setting};
+use crate::quorum::Quorum;
 use crate::wire::idempotency as wire_idempotency;
 use crate::wire::keys;
 
@@ -293,25 +294,27 @@ impl Idempotency {
         T: Into<Vec<u8>>,
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        let ttl = self.check(key, ttl)?;
+        let shared = self.redlock.backend.redis("idempotency keys")?;
+        let quorum = &shared.quorum;
+        let ttl = self.check(quorum, key, ttl)?;
         let keys: Arc<[String]> = Arc::new([key.to_owned()]);
-        let owner = match self.claim_or_wait(&keys, ttl).await? {
+        let owner = match self.claim_or_wait(quorum, &keys, ttl).await? {
             Claim::Owned(owner) => owner,
             Claim::Done(output) => return Ok(output),
             Claim::Failed(message) => return Err(Error::CachedFailure { message }),
         };
         match op().await {
-            Ok(output) => self.store_result(&owner, output.into()).await,
+            Ok(output) => self.store_result(quorum, &owner, output.into()).await,
             Err(e) => {
                 let error: Arc<dyn StdError + Send + Sync> = Arc::from(e.into());
                 if self.cache_failures {
                     let record = wire_idempotency::failed(&error.to_string());
-                    let tally = self.store(&owner, record).await;
+                    let tally = self.store(quorum, &owner, record).await;
                     if !tally.reached() {
                         tracing::warn!(key, ?tally, "failure of the operation not cached on a majority");
                     }
                 } else {
-                    let tally = self.release(&owner.keys, &owner.marker, owner.ttl).await;
+                    let tally = self.release(quorum, &owner.keys, &owner.marker, owner.ttl).await;
                     if tally.ok + tally.refused < tally.nodes {
                         tracing::warn!(key, ?tally, "marker of a failed operation not deleted everywhere");
                     }
@@ -348,11 +351,11 @@ impl Idempotency {
     }
 
     /// Validates the input; returns the ttl in whole milliseconds.
-    fn check(&self, key: &str, ttl: Duration) -> Result<Duration> {
+    fn check(&self, quorum: &Quorum, key: &str, ttl: Duration) -> Result<Duration> {
         if key.is_empty() {
             return Err(Error::config(Setting::IdempotencyKey, "empty idempotency key"));
         }
-        if self.redlock.shared.is_closed() {
+        if quorum.tasks.is_closed() {
             return Err(Error::Closed);
         }
         if self.result_ttl < Duration::from_millis(1) || self.result_ttl > MAX_TTL {
@@ -373,9 +376,6 @@ impl Idempotency {
                 ),
             ));
         }
-        self.redlock
-            .shared
-            .quorum
-            .check_ttl(ttl, self.redlock.options.min_validity)
+        quorum.check_ttl(ttl, self.redlock.options.min_validity)
     }
 }

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use super::Idempotency;
 use crate::error::{Error, Result, Setting};
 use crate::lock::release::{Deadlines, release_all};
-use crate::quorum::{self, Tally, Until};
+use crate::quorum::{self, Quorum, Tally, Until};
 use crate::random;
 use crate::wire::idempotency::{self as wire_idempotency, Claim as ClaimRequest, Record, Store};
 use crate::wire::lock::Release;
@@ -18,12 +18,17 @@ use crate::wire::millis;
 impl Idempotency {
     /// Claims the key, polling while another caller holds it, until the
     /// wait runs out.
-    pub(super) async fn claim_or_wait(&self, keys: &Arc<[String]>, ttl: Duration) -> Result<Claim> {
+    pub(super) async fn claim_or_wait(
+        &self,
+        quorum: &Quorum,
+        keys: &Arc<[String]>,
+        ttl: Duration,
+    ) -> Result<Claim> {
         let deadline = quorum::deadline_after(self.wait);
         let cap = self.redlock.options.retry_delay.max(Duration::from_millis(1));
         let mut delay = cap / 8;
         loop {
-            let error = match self.claim(keys, ttl).await {
+            let error = match self.claim(quorum, keys, ttl).await {
                 Err(
                     e @ (Error::InProgress { .. } | Error::Unreachable { .. } | Error::ValidityUsedUp { .. }),
                 ) => e,
@@ -40,10 +45,10 @@ impl Idempotency {
     }
 
     /// One claim round on every node (see the module docs, step 1).
-    async fn claim(&self, keys: &Arc<[String]>, ttl: Duration) -> Result<Claim> {
+    async fn claim(&self, quorum: &Quorum, keys: &Arc<[String]>, ttl: Duration) -> Result<Claim> {
         let marker = wire_idempotency::marker(&random::token());
         let start = Instant::now();
-        let (tally, found) = self.claim_everywhere(keys, &marker, ttl).await;
+        let (tally, found) = self.claim_everywhere(quorum, keys, &marker, ttl).await;
         // Not ours after all? Then take back the markers we set. When every
         // node answered without setting one, there is nothing to take back.
         let set_any = tally.ok > 0 || !tally.errors.is_empty();
@@ -64,7 +69,7 @@ impl Idempotency {
                 ),
             )),
             _ if tally.reached() => {
-                let lease = self.redlock.shared.quorum.lease(start, ttl, &tally);
+                let lease = quorum.lease(start, ttl, &tally);
                 match lease.left(self.redlock.options.min_validity) {
                     Ok(left) => {
                         tracing::debug!(
@@ -90,7 +95,7 @@ impl Idempotency {
             _ => Err(tally.unreachable()),
         };
         if set_any {
-            self.release(keys, &marker, ttl).await;
+            self.release(quorum, keys, &marker, ttl).await;
         }
         outcome
     }
@@ -100,11 +105,11 @@ impl Idempotency {
     /// found in place of setting ours.
     async fn claim_everywhere(
         &self,
+        quorum: &Quorum,
         keys: &Arc<[String]>,
         marker: &Arc<str>,
         ttl: Duration,
     ) -> (Tally, Vec<Option<Vec<u8>>>) {
-        let quorum = &self.redlock.shared.quorum;
         let found: Arc<Mutex<Vec<Option<Vec<u8>>>>> = Arc::new(Mutex::new(vec![None; quorum.len()]));
         let request = Arc::new(ClaimRequest {
             key: Arc::clone(keys),
@@ -135,7 +140,12 @@ impl Idempotency {
     }
 
     /// Stores a successful result (step 3) and reports how far it got.
-    pub(super) async fn store_result(&self, owner: &Owner, output: Vec<u8>) -> Result<Vec<u8>> {
+    pub(super) async fn store_result(
+        &self,
+        quorum: &Quorum,
+        owner: &Owner,
+        output: Vec<u8>,
+    ) -> Result<Vec<u8>> {
         let key = &owner.keys[0];
         if Instant::now() >= owner.valid_until {
             tracing::warn!(
@@ -143,7 +153,7 @@ impl Idempotency {
                 "the operation outlived its marker's validity: another caller may have run it"
             );
         }
-        let tally = self.store(owner, wire_idempotency::done(&output)).await;
+        let tally = self.store(quorum, owner, wire_idempotency::done(&output)).await;
         if tally.reached() {
             tracing::debug!(key, stored = tally.ok, "idempotency result stored");
             return Ok(output);
@@ -167,8 +177,7 @@ impl Idempotency {
     /// that have not answered by then keep getting the record in the
     /// background for up to the marker's ttl (after which the owner check
     /// refuses it anyway).
-    pub(super) async fn store(&self, owner: &Owner, record: Vec<u8>) -> Tally {
-        let quorum = &self.redlock.shared.quorum;
+    pub(super) async fn store(&self, quorum: &Quorum, owner: &Owner, record: Vec<u8>) -> Tally {
         let store = Arc::new(Store {
             key: Arc::clone(&owner.keys),
             marker: Arc::clone(&owner.marker),
@@ -189,8 +198,13 @@ impl Idempotency {
     /// up to the per-node timeout. Nodes that have not answered by then keep
     /// the delete going in the background for up to `ttl` (after which the
     /// marker has expired anyway), so it still runs behind a late claim.
-    pub(super) async fn release(&self, keys: &Arc<[String]>, marker: &Arc<str>, ttl: Duration) -> Tally {
-        let quorum = &self.redlock.shared.quorum;
+    pub(super) async fn release(
+        &self,
+        quorum: &Quorum,
+        keys: &Arc<[String]>,
+        marker: &Arc<str>,
+        ttl: Duration,
+    ) -> Tally {
         let now = Instant::now();
         let release = Release::new(Arc::clone(keys), Arc::clone(marker));
         let deadlines = Deadlines {

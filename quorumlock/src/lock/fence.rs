@@ -256,7 +256,14 @@ mod tests {
                 let mut won = Vec::new();
                 for _ in 0..25 {
                     let valid_until = Instant::now() + Duration::from_secs(30);
-                    if let Ok(token) = propose(&redlock.shared.quorum, &fence_keys, 0, valid_until).await {
+                    if let Ok(token) = propose(
+                        &redlock.backend.redis("fencing").unwrap().quorum,
+                        &fence_keys,
+                        0,
+                        valid_until,
+                    )
+                    .await
+                    {
                         won.push(token);
                     }
                 }

@@ -12,7 +12,9 @@ use super::state::Held;
 use super::watchdog;
 use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
-use crate::quorum::Until;
+#[cfg(feature = "etcd")]
+use crate::etcd;
+use crate::quorum::{Tally, Until};
 use crate::wire::lock::Extend;
 
 /// A held lock.
@@ -51,16 +53,28 @@ use crate::wire::lock::Extend;
 /// ```
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct Guard {
-    shared: Arc<Shared>,
     held: Arc<Held>,
+    /// The store the lock lives in, and the guard's registrations there.
+    store: Store,
     /// The least validity an extend must leave ([`crate::LockOptions::min_validity`]).
     min_validity: Duration,
-    /// Registration with the client's holders (see `Holders`).
-    holder: u64,
-    /// Registration with the watchdog, when auto-renewed.
-    renewal: Option<u64>,
     /// `release` completed: nothing is left for the drop to do.
     released: bool,
+}
+
+/// Where a guard's lock lives: the backend half of the guard.
+enum Store {
+    /// Keys on N Redis nodes (Redlock).
+    Redis {
+        shared: Arc<Shared>,
+        /// Registration with the client's holders (see `Holders`).
+        holder: u64,
+        /// Registration with the watchdog, when auto-renewed.
+        renewal: Option<u64>,
+    },
+    /// A key per resource on an etcd cluster.
+    #[cfg(feature = "etcd")]
+    Etcd(etcd::Hold),
 }
 
 impl fmt::Debug for Guard {
@@ -68,7 +82,7 @@ impl fmt::Debug for Guard {
         f.debug_struct("Guard")
             .field("resources", &self.held.resources.names())
             .field("valid_until", &self.held.valid_until())
-            .field("renewed", &self.renewal.is_some())
+            .field("valid", &self.held.is_held())
             .finish_non_exhaustive()
     }
 }
@@ -103,11 +117,32 @@ impl Guard {
         let holder = shared.holders.insert(&held);
         let renewal = renew.then(|| watchdog::register(&shared.watchdog, &held));
         Guard {
-            shared: Arc::clone(shared),
             held,
+            store: Store::Redis {
+                shared: Arc::clone(shared),
+                holder,
+                renewal,
+            },
             min_validity,
-            holder,
-            renewal,
+            released: false,
+        }
+    }
+
+    /// Wraps a fresh lock on etcd; renews it with the store's keep-alive
+    /// when `renew`.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn etcd(
+        store: &Arc<etcd::Store>,
+        (held, keys): (Held, etcd::Keys),
+        renew: bool,
+        min_validity: Duration,
+    ) -> Guard {
+        let held = Arc::new(held);
+        let hold = etcd::Hold::new(store, &held, keys, renew);
+        Guard {
+            held,
+            store: Store::Etcd(hold),
+            min_validity,
             released: false,
         }
     }
@@ -202,7 +237,12 @@ impl Guard {
     }
 
     fn start_margin(&self) -> Duration {
-        self.shared.quorum.node_timeout + START_MARGIN
+        let round = match &self.store {
+            Store::Redis { shared, .. } => shared.quorum.node_timeout,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => hold.store.request_timeout,
+        };
+        round + START_MARGIN
     }
 
     /// Whether the lock is still ours: not lost, and its validity has not
@@ -243,9 +283,14 @@ impl Guard {
     /// - [`Error::Config`] for a ttl the client rejects (see
     ///   [`Redlock::try_lock`](crate::Redlock::try_lock)).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let quorum = &self.shared.quorum;
+        let shared = match &self.store {
+            Store::Redis { shared, .. } => shared,
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => return hold.extend(&self.held, ttl, self.min_validity).await,
+        };
+        let quorum = &shared.quorum;
         let ttl = quorum.check_ttl(ttl, self.min_validity)?;
-        if self.shared.is_closed() {
+        if shared.is_closed() {
             return Err(Error::Closed);
         }
         let start = Instant::now();
@@ -309,17 +354,38 @@ impl Guard {
     /// guard's drop (sent in the background, see the type docs).
     pub async fn release(mut self) -> Result<ReleaseReport> {
         self.stop_renewal();
-        if self.shared.is_closed() && !self.held.claim_release() {
+        if self.is_closed() && !self.held.claim_release() {
             // The shutdown released the lock.
             self.released = true;
             return Err(Error::Closed);
         }
-        let quorum = &self.shared.quorum;
-        let given = give_back(quorum, &self.held, None, Until::Answered).await;
+        let report = match &self.store {
+            Store::Redis { shared, holder, .. } => {
+                let given = give_back(&shared.quorum, &self.held, None, Until::Answered).await;
+                shared.holders.remove(*holder);
+                Self::report(given.tally, given.kept_until)
+            }
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => {
+                self.held.claim_release();
+                let kept_until = etcd::give_back(&hold.store, &self.held, &hold.keys).await;
+                kept_until.map(|kept_until| ReleaseReport {
+                    nodes: 1,
+                    confirmed: 1,
+                    deleted: usize::from(kept_until.is_none()),
+                    kept: usize::from(kept_until.is_some()),
+                    kept_until,
+                })
+            }
+        };
         self.released = true;
-        self.shared.holders.remove(self.holder);
-        let (tally, kept_until) = (given.tally, given.kept_until);
-        tracing::debug!(resources = ?self.resources(), ?tally, ?kept_until, "lock released");
+        tracing::debug!(resources = ?self.resources(), ?report, "lock released");
+        report
+    }
+
+    /// What a Redlock release achieved, or the error when no majority
+    /// answered.
+    fn report(tally: Tally, kept_until: Option<Instant>) -> Result<ReleaseReport> {
         let (deleted, kept) = match kept_until {
             Some(_) => (0, tally.ok),
             None => (tally.ok, 0),
@@ -338,16 +404,26 @@ impl Guard {
         }
     }
 
+    fn is_closed(&self) -> bool {
+        match &self.store {
+            Store::Redis { shared, .. } => shared.is_closed(),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => hold.store.is_closed(),
+        }
+    }
+
     /// The [`Error::Lost`] for this lock, with `confirmed` nodes
     /// ([`Error::Closed`] once the client shut down, which takes every lock).
     pub(crate) fn lost_error(&self, confirmed: usize) -> Error {
-        if self.shared.is_closed() {
-            return Error::Closed;
-        }
-        Error::Lost {
-            confirmed,
-            quorum: self.shared.quorum.majority(),
-            nodes: self.shared.quorum.len(),
+        match &self.store {
+            Store::Redis { shared, .. } if shared.is_closed() => Error::Closed,
+            Store::Redis { shared, .. } => Error::Lost {
+                confirmed,
+                quorum: shared.quorum.majority(),
+                nodes: shared.quorum.len(),
+            },
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => hold.store.lost(),
         }
     }
 
@@ -357,8 +433,14 @@ impl Guard {
     }
 
     fn stop_renewal(&mut self) {
-        if let Some(id) = self.renewal.take() {
-            self.shared.watchdog.unregister(id);
+        match &mut self.store {
+            Store::Redis { shared, renewal, .. } => {
+                if let Some(id) = renewal.take() {
+                    shared.watchdog.unregister(id);
+                }
+            }
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => hold.forget(),
         }
     }
 }
@@ -366,11 +448,20 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         self.stop_renewal();
-        self.shared.holders.remove(self.holder);
+        match &self.store {
+            Store::Redis { shared, holder, .. } => shared.holders.remove(*holder),
+            // `stop_renewal` ended both registrations.
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) => {}
+        }
         if self.released || !self.held.claim_release() {
             return;
         }
         // Never block in Drop.
-        release_in_background(&self.shared.quorum, &self.held);
+        match &self.store {
+            Store::Redis { shared, .. } => release_in_background(&shared.quorum, &self.held),
+            #[cfg(feature = "etcd")]
+            Store::Etcd(hold) => etcd::give_back_in_background(&hold.store, &self.held, &hold.keys),
+        }
     }
 }

@@ -39,6 +39,12 @@ impl<T> Registry<T> {
         self.entries.is_empty()
     }
 
+    /// Every entry with its id, in id order.
+    #[cfg(feature = "etcd")]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
+        self.entries.iter().map(|(id, entry)| (*id, entry))
+    }
+
     /// Keeps the entries for which `keep` returns `true`, in id order.
     pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         self.entries.retain(|_, entry| keep(entry));

@@ -1,0 +1,136 @@
+//! The seam between the client (and its guards) and the stores a lock can
+//! live in: the brief's answers to a lost master behind one API.
+//!
+//! ```text
+//! Redlock (client, builder, shutdown, inspect)      Guard
+//!        │  try_lock / lock                           │ extend / release / drop
+//!        ▼                                            ▼
+//!     Backend ── Redis: lock::{attempt, waiter} ─ quorum ─ node ─ wire  (N nodes, Redlock)
+//!             └─ Etcd:  etcd::{mutex, keepalive, hold}                (one Raft cluster)
+//!
+//! shared by both: lock::state::Held (validity, loss signal, renewal
+//! schedule), quorum::Lease (the validity rule), tasks, options, error
+//! ```
+//!
+//! An enum rather than a trait object: the Redis path, the hot one, pays a
+//! match and nothing else, and each backend keeps its own shape of state.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::Result;
+#[cfg(feature = "etcd")]
+use crate::error::{Error, Setting};
+#[cfg(feature = "etcd")]
+use crate::etcd;
+use crate::lock::attempt::attempt;
+use crate::lock::guard::Guard;
+use crate::lock::kind::Kind;
+use crate::lock::resources::Resources;
+use crate::lock::shared::Shared;
+use crate::lock::waiter;
+use crate::options::LockOptions;
+
+/// The store a client's locks live in, chosen by the node URLs.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    /// N independent Redis nodes (Redlock): `redis://`, `rediss://`, `unix://`.
+    Redis(Arc<Shared>),
+    /// One etcd cluster, whose Raft quorum replaces the Redlock majority:
+    /// `etcd://`, `etcds://`.
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<etcd::Store>),
+}
+
+impl Backend {
+    /// One attempt; [`Error::Held`] when another owner holds the lock.
+    pub(crate) async fn try_lock(
+        &self,
+        options: &LockOptions,
+        resources: &Resources,
+        ttl: Duration,
+    ) -> Result<Guard> {
+        match self {
+            Backend::Redis(shared) => {
+                let kind = Kind::new(options.fenced, None);
+                attempt(shared, options, resources, ttl, kind).await
+            }
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => {
+                let taken = etcd::acquire(store, options, resources, ttl, false).await?;
+                Ok(Guard::etcd(
+                    store,
+                    taken,
+                    options.auto_renew,
+                    options.min_validity,
+                ))
+            }
+        }
+    }
+
+    /// Takes the lock, waiting as [`LockOptions::wait`] allows.
+    pub(crate) async fn lock(
+        &self,
+        options: &LockOptions,
+        resources: &Resources,
+        ttl: Duration,
+    ) -> Result<Guard> {
+        match self {
+            Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => {
+                let taken = etcd::acquire(store, options, resources, ttl, true).await?;
+                Ok(Guard::etcd(
+                    store,
+                    taken,
+                    options.auto_renew,
+                    options.min_validity,
+                ))
+            }
+        }
+    }
+
+    /// Independent members the lock is taken on: Redis nodes, or 1 for an
+    /// etcd cluster (its members' quorum is inside it).
+    pub(crate) fn members(&self) -> usize {
+        match self {
+            Backend::Redis(shared) => shared.quorum.len(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 1,
+        }
+    }
+
+    /// Members that must agree.
+    pub(crate) fn majority(&self) -> usize {
+        match self {
+            Backend::Redis(shared) => shared.quorum.majority(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 1,
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Backend::Redis(shared) => shared.is_closed(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => store.is_closed(),
+        }
+    }
+
+    /// The Redis nodes, for what only Redlock offers (`what` names it in
+    /// the error otherwise).
+    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    pub(crate) fn redis(&self, what: &str) -> Result<&Arc<Shared>> {
+        match self {
+            Backend::Redis(shared) => Ok(shared),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => Err(Error::config(
+                Setting::Nodes,
+                format!(
+                    "{what} needs Redis nodes; {} is an etcd cluster",
+                    store.url.redacted()
+                ),
+            )),
+        }
+    }
+}
