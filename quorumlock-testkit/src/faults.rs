@@ -358,52 +358,115 @@ impl fmt::Display for Action {
     }
 }
 
+/// What the chaos checker runs its contenders against and applies a
+/// [`Schedule`]'s actions to: a [`Cluster`] of Redis nodes, or another
+/// store's servers (an etcd cluster).
+pub trait Target: Send + 'static {
+    /// A fault, or its end.
+    type Action: Clone + fmt::Display + Send + Sync + 'static;
+
+    /// The node URLs the contenders' clients are built with.
+    fn urls(&self) -> Vec<String>;
+
+    /// Whether a fault is in force (acquisitions then count as degraded).
+    fn is_degraded(&self) -> bool;
+
+    /// Applies `action`.
+    fn apply(&mut self, action: &Self::Action);
+
+    /// Whether `action` injects a fault (rather than ending one).
+    fn is_fault(action: &Self::Action) -> bool;
+
+    /// The kind of `action`, without its nodes or figures.
+    fn kind(action: &Self::Action) -> &'static str;
+
+    /// Faults in force from the start (fake nodes), counted in the report.
+    fn standing_faults(&self) -> usize {
+        0
+    }
+}
+
+impl Target for Cluster {
+    type Action = Action;
+
+    fn urls(&self) -> Vec<String> {
+        Cluster::urls(self)
+    }
+
+    fn is_degraded(&self) -> bool {
+        Cluster::is_degraded(self)
+    }
+
+    fn apply(&mut self, action: &Action) {
+        Cluster::apply(self, action);
+    }
+
+    fn is_fault(action: &Action) -> bool {
+        action.is_fault()
+    }
+
+    fn kind(action: &Action) -> &'static str {
+        action.kind()
+    }
+
+    fn standing_faults(&self) -> usize {
+        self.fakes.len()
+    }
+}
+
 /// One step of a [`Schedule`].
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum Step<A = Action> {
     /// Sleep this long.
     Wait(Duration),
     /// Wait until a contender acquires the lock (after this step began).
     AwaitAcquisition,
     /// Apply an action.
-    Do(Action),
+    Do(A),
 }
 
-/// A fault script, run step by step while the contenders run.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// A fault script, run step by step while the contenders run: actions on a
+/// [`Cluster`] of Redis nodes unless `A` says otherwise.
+#[derive(Clone, Debug, PartialEq)]
 #[must_use]
-pub struct Schedule {
+pub struct Schedule<A = Action> {
     /// The steps, in the order they run.
-    pub steps: Vec<Step>,
+    pub steps: Vec<Step<A>>,
 }
 
-impl Schedule {
+impl<A> Default for Schedule<A> {
+    fn default() -> Self {
+        Schedule { steps: Vec::new() }
+    }
+}
+
+impl<A> Schedule<A> {
     /// An empty schedule: the contenders run without faults.
-    pub fn new() -> Schedule {
+    pub fn new() -> Schedule<A> {
         Schedule::default()
     }
 
     /// Sleep `duration` before the next step.
-    pub fn wait(mut self, duration: Duration) -> Schedule {
+    pub fn wait(mut self, duration: Duration) -> Schedule<A> {
         self.steps.push(Step::Wait(duration));
         self
     }
 
     /// Wait until a contender acquires the lock: the next action then hits a
     /// holder at the start of its critical section.
-    pub fn await_acquisition(mut self) -> Schedule {
+    pub fn await_acquisition(mut self) -> Schedule<A> {
         self.steps.push(Step::AwaitAcquisition);
         self
     }
 
     /// Apply `action` now.
-    pub fn then(mut self, action: Action) -> Schedule {
+    pub fn then(mut self, action: A) -> Schedule<A> {
         self.steps.push(Step::Do(action));
         self
     }
 
     /// The actions of the schedule.
-    pub fn actions(&self) -> impl Iterator<Item = &Action> {
+    pub fn actions(&self) -> impl Iterator<Item = &A> {
         self.steps.iter().filter_map(|s| match s {
             Step::Do(action) => Some(action),
             _ => None,

@@ -379,20 +379,25 @@ impl RedlockBuilder {
     }
 
     /// The backend other than Redis that the node URLs name, if any: one
-    /// `etcd://` URL (a whole cluster), alone.
+    /// `etcd://` URL (a whole cluster), alone. Lists split at commas (the
+    /// CLI's `--nodes`, `QUORUMLOCK_NODES`) split an etcd URL's members
+    /// apart: scheme-less items after it are joined back to it.
     fn other_backend(&self, tasks: &Arc<Tasks>) -> Result<Option<Backend>> {
-        let etcd: Vec<&str> = self
+        let urls: Vec<&str> = self
             .nodes
             .iter()
             .filter_map(|spec| match spec {
-                NodeSpec::Url(url) if names_etcd(url) => Some(url.as_str()),
-                _ => None,
+                NodeSpec::Url(url) => Some(url.as_str()),
+                NodeSpec::Client(_) => None,
             })
             .collect();
-        let Some(url) = etcd.first() else {
+        if !urls.iter().any(|url| names_etcd(url)) {
             return Ok(None);
-        };
-        if self.nodes.len() > 1 {
+        }
+        let continued = urls.len() == self.nodes.len()
+            && names_etcd(urls[0])
+            && urls[1..].iter().all(|member| !member.contains("://"));
+        if !continued {
             return Err(Error::config(
                 Setting::Nodes,
                 "an etcd URL names a whole cluster and cannot be mixed with other nodes: give its \
@@ -405,7 +410,7 @@ impl RedlockBuilder {
                 "replica acknowledgement is for Redis nodes; etcd acknowledges a write once a majority of its members has it",
             ));
         }
-        self.etcd(url, tasks).map(Some)
+        self.etcd(&urls.join(","), tasks).map(Some)
     }
 
     #[cfg(feature = "etcd")]

@@ -15,6 +15,8 @@ use std::time::Duration;
 use redis::RedisResult;
 use tokio::time::Instant;
 
+#[cfg(feature = "etcd")]
+use crate::backend::Backend;
 use crate::client::Redlock;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::resources::Resources;
@@ -24,6 +26,8 @@ use crate::wire::inspect::{Content, Facts, ForceDelete, Inspect};
 use crate::wire::keys;
 use crate::wire::lock::Release;
 
+#[cfg(feature = "etcd")]
+mod etcd;
 mod unlock;
 
 pub use self::unlock::{DeletedValue, NodeUnlock, UnlockOutcome, UnlockReport};
@@ -199,6 +203,10 @@ impl Redlock {
     /// reported as [`KeyState::Failed`].
     pub async fn inspect(&self, resource: &str) -> Result<Inspection> {
         let resource = self.operable(resource)?;
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(store) = &self.backend {
+            return Ok(etcd::inspect(store, resource).await);
+        }
         let quorum = &self.backend.redis("inspect")?.quorum;
         let request = Arc::new(Inspect {
             key: resource.clone(),
@@ -257,6 +265,10 @@ impl Redlock {
         if token.is_empty() {
             return Err(Error::config(Setting::Token, "empty token"));
         }
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(store) = &self.backend {
+            return Ok(etcd::unlock(store, resource, Some(token)).await);
+        }
         let quorum = &self.backend.redis("unlock")?.quorum;
         let release = Arc::new(Release::new(Arc::new([resource.clone()]), Arc::from(token)));
         let replies = each_node(quorum, |i| {
@@ -287,6 +299,10 @@ impl Redlock {
     /// [`UnlockReport`].
     pub async fn force_unlock(&self, resource: &str) -> Result<UnlockReport> {
         let resource = self.operable(resource)?;
+        #[cfg(feature = "etcd")]
+        if let Backend::Etcd(store) = &self.backend {
+            return Ok(etcd::unlock(store, resource, None).await);
+        }
         let quorum = &self.backend.redis("force_unlock")?.quorum;
         let request = Arc::new(ForceDelete {
             key: resource.clone(),

@@ -2,7 +2,8 @@
 //!
 //! `C` contenders (tasks, each with its own [`Redlock`] client, hence its own
 //! connections and watchdog, as separate processes would have) contend for
-//! one resource while a [`Schedule`] of faults runs against the [`Cluster`].
+//! one resource while a [`Schedule`] of faults runs against a [`Target`]
+//! (a [`Cluster`](crate::faults::Cluster) of Redis nodes, or an etcd cluster).
 //! Every holder records when it entered and left its critical section on
 //! the monotonic clock in a shared history; the [`Report`] counts rounds,
 //! acquisitions, losses, faults and **overlaps**: two holders inside at once.
@@ -56,7 +57,7 @@ use self::contender::{Stats, contend};
 pub use self::report::{Holding, Report, overlaps};
 use self::report::{closest_handover, describe_overlaps};
 use self::schedule::{FaultLog, run_schedule};
-use crate::faults::{Cluster, Schedule};
+use crate::faults::{Schedule, Target};
 use crate::panics::PanicProbe;
 
 /// Environment variable that fixes the seed of every scenario.
@@ -324,7 +325,7 @@ impl Checker {
     /// Runs the contenders against `cluster` while `schedule` runs, then
     /// [`Checker::tail`] longer; prints and returns the report and gives the
     /// cluster back (faults still in force, for the test to inspect).
-    pub async fn run(mut self, cluster: Cluster, schedule: Schedule) -> (Report, Cluster) {
+    pub async fn run<T: Target>(mut self, cluster: T, schedule: Schedule<T::Action>) -> (Report, T) {
         let probe = PanicProbe::start();
         let plan = Arc::new(self.plan.clone());
         let shared = Arc::new(Shared {

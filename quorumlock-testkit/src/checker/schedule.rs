@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Shared;
-use crate::faults::{Cluster, Schedule, Step};
+use crate::faults::{Schedule, Step, Target};
 
 /// How long a schedule's `await_acquisition` waits before the scenario fails.
 const AWAIT_LIMIT: Duration = Duration::from_secs(20);
@@ -24,16 +24,16 @@ pub(super) struct FaultLog {
 }
 
 /// Runs `schedule` on a blocking thread; returns the cluster and the log.
-pub(super) fn run_schedule(
-    mut cluster: Cluster,
-    schedule: &Schedule,
+pub(super) fn run_schedule<T: Target>(
+    mut cluster: T,
+    schedule: &Schedule<T::Action>,
     shared: &Shared,
     started: Instant,
-) -> (Cluster, FaultLog) {
+) -> (T, FaultLog) {
     let mut log = FaultLog::default();
-    if !cluster.fakes.is_empty() {
+    if cluster.standing_faults() > 0 {
         // A standing fault, in place from the start.
-        log.faults += cluster.fakes.len();
+        log.faults += cluster.standing_faults();
         log.kinds.push("fake node");
     }
     for step in &schedule.steps {
@@ -52,16 +52,16 @@ pub(super) fn run_schedule(
             }
             Step::Do(action) => {
                 let at = started.elapsed();
-                if action.is_fault() {
+                if T::is_fault(action) {
                     // It may take effect before `apply` returns.
                     shared.degraded.store(true, Ordering::SeqCst);
                 }
                 cluster.apply(action);
                 shared.degraded.store(cluster.is_degraded(), Ordering::SeqCst);
-                if action.is_fault() {
+                if T::is_fault(action) {
                     log.faults += 1;
-                    if !log.kinds.contains(&action.kind()) {
-                        log.kinds.push(action.kind());
+                    if !log.kinds.contains(&T::kind(action)) {
+                        log.kinds.push(T::kind(action));
                     }
                 }
                 log.lines.push(format!("+{:.3}s {action}", at.as_secs_f64()));

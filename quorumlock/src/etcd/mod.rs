@@ -22,6 +22,7 @@
 //! lock. docs/design.md has the layer map and docs/safety.md the guarantees.
 
 mod hold;
+mod inspect;
 mod keepalive;
 mod keeper;
 mod mutex;
@@ -37,6 +38,7 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 pub(crate) use hold::{Hold, Keys, give_back, give_back_in_background};
+pub(crate) use inspect::{delete_holder, look};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
