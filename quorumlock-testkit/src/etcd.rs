@@ -1,12 +1,9 @@
-//! Local etcd clusters for tests: N `etcd` member processes on free
-//! loopback ports, in a temporary directory of their own, killed and reaped
-//! when dropped.
-//!
-//! Like [`crate::server`], everything here blocks (std only, no runtime),
-//! and the cluster is driven and inspected through `etcdctl` (API v3), so
-//! that the harness needs no etcd client library of its own.
+//! Local etcd clusters for tests: N `etcd` members on free loopback ports,
+//! in a temporary directory of their own, killed and reaped when dropped.
+//! Like [`crate::server`], everything here blocks (std only, no runtime);
+//! the cluster is driven through `etcdctl` (API v3), so no client is needed.
 
-use std::fs::OpenOptions;
+use std::fs::File;
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
@@ -39,17 +36,16 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`EtcdCluster::leader`] waits for the members to agree on one.
 const LEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The `etcdctl` timeout for the harness's own status probes: a paused or
-/// dead member must not hold up a probe of the others for etcdctl's
-/// default 5 s.
-const PROBE_TIMEOUT: &str = "1s";
+/// The harness's own status probe, with a short timeout: a paused or dead
+/// member must not hold up a probe of the others for etcdctl's default 5 s.
+const STATUS_PROBE: &str = "--dial-timeout 1s --command-timeout 1s endpoint status -w json";
 
 /// How many fresh sets of ports to try when another process takes one of
 /// ours between finding it free and a member binding it.
 const PORT_ATTEMPTS: usize = 5;
 
 /// One member of the cluster.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Member {
     client_port: u16,
     peer_port: u16,
@@ -57,9 +53,8 @@ struct Member {
     /// survives restarts: it is stored in the data dir).
     id: Option<u64>,
     child: Option<Child>,
-    /// While the member is killed, its client and peer ports bound but not
-    /// listening, so that connections are refused as by a dead process and
-    /// no other process is handed them (see `RedisServer`'s port hold).
+    /// While the member is killed, its ports bound but not listening: refused
+    /// as by a dead process, and handed to no other process.
     port_holds: Vec<tokio::net::TcpSocket>,
 }
 
@@ -118,7 +113,7 @@ impl EtcdCluster {
 
     /// `127.0.0.1:P1,127.0.0.1:P2,...`, for `etcdctl --endpoints`.
     pub fn endpoints(&self) -> String {
-        endpoints_of(&self.members.iter().collect::<Vec<_>>())
+        endpoints_of(self.members.iter())
     }
 
     /// The number of members, running or not.
@@ -131,20 +126,13 @@ impl EtcdCluster {
     /// during an election; panics with the logs when they do not. A paused
     /// leader stays the answer until the others have elected a new one.
     pub fn leader(&self) -> usize {
-        let started = Instant::now();
-        loop {
-            if let Some(i) = self.agreed_leader() {
-                return i;
-            }
-            assert!(
-                started.elapsed() < LEADER_TIMEOUT,
-                "etcd members never agreed on a running leader within {LEADER_TIMEOUT:?}; status: \
-                 {:?}\n{}",
-                self.statuses(&self.running()),
+        poll(LEADER_TIMEOUT, || self.agreed_leader()).unwrap_or_else(|| {
+            let status = self.statuses(&self.running());
+            panic!(
+                "etcd members never agreed on a running leader; status: {status:?}\n{}",
                 self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            )
+        })
     }
 
     /// SIGKILLs member `i` and reaps it (a crash); its data dir stays, and
@@ -155,10 +143,8 @@ impl EtcdCluster {
             // A SIGSTOPped process dies on SIGKILL too.
             let _ = child.kill();
             let _ = child.wait();
-            member.port_holds = [member.client_port, member.peer_port]
-                .into_iter()
-                .filter_map(hold_port)
-                .collect();
+            let ports = [member.client_port, member.peer_port];
+            member.port_holds = ports.into_iter().filter_map(hold_port).collect();
         }
     }
 
@@ -169,21 +155,15 @@ impl EtcdCluster {
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
         self.spawn(i).unwrap_or_else(|e| panic!("etcd member m{i}: {e}"));
-        let started = Instant::now();
-        loop {
+        let mut exited = None;
+        let rejoined = poll(STARTUP_TIMEOUT, || {
+            exited = self.exited(i);
             let answered = self.statuses(&[i]).first().is_some_and(|s| s.leader != 0);
-            if answered && self.agreed_leader().is_some() {
-                return;
-            }
-            if let Some(exit) = self.exited(i) {
-                panic!("etcd member m{i} exited after a restart ({exit}); log:\n{}", self.log(i));
-            }
-            assert!(
-                started.elapsed() < STARTUP_TIMEOUT,
-                "etcd member m{i} did not rejoin within {STARTUP_TIMEOUT:?}; log:\n{}",
-                self.log(i)
-            );
-            std::thread::sleep(Duration::from_millis(20));
+            (exited.is_some() || answered && self.agreed_leader().is_some()).then_some(())
+        });
+        if rejoined.is_none() || exited.is_some() {
+            let why = exited.map_or("did not rejoin".into(), |e| format!("exited ({e})"));
+            panic!("etcd member m{i} {why} after a restart; log:\n{}", self.log(i));
         }
     }
 
@@ -191,8 +171,7 @@ impl EtcdCluster {
     /// (SIGCONT). While frozen, connects succeed but requests hang, and
     /// the others stop hearing from it.
     pub fn pause(&self, i: usize) -> PausedMember {
-        let pid = self.members[i].child.as_ref().map(Child::id);
-        let pid = pid.unwrap_or_else(|| panic!("pause: etcd member m{i} is not running"));
+        let pid = self.pids()[i].unwrap_or_else(|| panic!("pause: etcd member m{i} is not running"));
         signal(pid, "STOP");
         PausedMember { pid }
     }
@@ -235,7 +214,10 @@ impl EtcdCluster {
 
     /// The process id of each member, while it runs.
     pub fn pids(&self) -> Vec<Option<u32>> {
-        self.members.iter().map(|m| m.child.as_ref().map(Child::id)).collect()
+        self.members
+            .iter()
+            .map(|m| m.child.as_ref().map(Child::id))
+            .collect()
     }
 
     /// A cluster of `n` members on fresh ports and a fresh directory, none
@@ -245,11 +227,8 @@ impl EtcdCluster {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let unique = format!(
-            "{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let unique = format!("{}-{count}-{nanos}", std::process::id());
         let dir = std::env::temp_dir().join(format!("quorumlock-etcd-{unique}"));
         std::fs::create_dir_all(&dir)?;
         let ports = free_ports(2 * n)?;
@@ -258,14 +237,13 @@ impl EtcdCluster {
             .map(|pair| Member {
                 client_port: pair[0],
                 peer_port: pair[1],
-                id: None,
-                child: None,
-                port_holds: Vec::new(),
+                ..Member::default()
             })
             .collect();
         // Unique per cluster, so that members of two clusters that meet on
         // a reused port refuse each other instead of merging.
-        Ok(EtcdCluster { dir, token: format!("quorumlock-{unique}"), members })
+        let token = format!("quorumlock-{unique}");
+        Ok(EtcdCluster { dir, token, members })
     }
 
     /// Spawns every member and waits until all of them answer and agree
@@ -275,45 +253,43 @@ impl EtcdCluster {
             self.spawn(i)?;
         }
         let all: Vec<usize> = (0..self.len()).collect();
-        let started = Instant::now();
-        loop {
+        let mut exited = None;
+        let statuses = poll(STARTUP_TIMEOUT, || {
+            exited = all.iter().find_map(|&i| self.exited(i).map(|e| (i, e)));
             let statuses = self.statuses(&all);
-            if let Some(leader) = self.founding_leader(&statuses) {
-                for status in &statuses {
-                    let i = self.index_of_port(status.client_port).expect("one of ours");
-                    self.members[i].id = Some(status.member_id);
+            (exited.is_some() || self.has_founding_leader(&statuses)).then_some(statuses)
+        });
+        match (statuses, exited) {
+            (Some(statuses), None) => {
+                for member in &mut self.members {
+                    let status = statuses.iter().find(|s| s.client_port == member.client_port);
+                    member.id = status.map(|s| s.member_id);
                 }
-                debug_assert!(self.members.iter().any(|m| m.id == Some(leader)));
-                return Ok(());
+                Ok(())
             }
-            let exited = all.iter().find_map(|&i| self.exited(i).map(|e| (i, e)));
-            let late = started.elapsed() > STARTUP_TIMEOUT;
-            if exited.is_some() || late {
-                let why = exited.map_or(format!("no leader within {STARTUP_TIMEOUT:?}"), |(i, e)| {
-                    format!("m{i} exited ({e})")
-                });
+            (_, exited) => {
+                let why = exited.map_or("no leader in time".into(), |(i, e)| format!("m{i} exited ({e})"));
                 let logs = self.logs();
-                let kind = if logs.contains("address already in use") {
-                    io::ErrorKind::AddrInUse
-                } else {
-                    io::ErrorKind::Other
+                // A member that lost one of its ports to another process.
+                let kind = match logs.contains("address already in use") {
+                    true => io::ErrorKind::AddrInUse,
+                    false => io::ErrorKind::Other,
                 };
-                return Err(io::Error::new(kind, format!("etcd cluster did not start: {why}\n{logs}")));
+                let message = format!("etcd cluster did not start: {why}\n{logs}");
+                Err(io::Error::new(kind, message))
             }
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
-    /// The leader's member id when every member answered, all of one
-    /// cluster, and all name the same leader among themselves.
-    fn founding_leader(&self, statuses: &[Status]) -> Option<u64> {
-        let first = statuses.first()?;
-        let agreed = statuses.len() == self.len()
-            && first.leader != 0
-            && statuses
-                .iter()
-                .all(|s| s.leader == first.leader && s.cluster_id == first.cluster_id);
-        (agreed && statuses.iter().any(|s| s.member_id == first.leader)).then_some(first.leader)
+    /// Whether every member answered, all of one cluster, and all name
+    /// the same leader among themselves.
+    fn has_founding_leader(&self, statuses: &[Status]) -> bool {
+        statuses.first().is_some_and(|first| {
+            let agrees = |s: &Status| s.leader == first.leader && s.cluster_id == first.cluster_id;
+            statuses.len() == self.len()
+                && statuses.iter().all(agrees)
+                && statuses.iter().any(|s| s.member_id == first.leader)
+        })
     }
 
     /// The running leader that every running member that answers names,
@@ -330,32 +306,32 @@ impl EtcdCluster {
 
     /// Starts member `i`'s process (without waiting for it).
     fn spawn(&mut self, i: usize) -> io::Result<()> {
-        let initial_cluster: Vec<String> = self
-            .members
-            .iter()
-            .enumerate()
-            .map(|(j, m)| format!("m{j}=http://127.0.0.1:{}", m.peer_port))
-            .collect();
+        let mut initial_cluster = Vec::new();
+        for (j, m) in self.members.iter().enumerate() {
+            initial_cluster.push(format!("m{j}=http://127.0.0.1:{}", m.peer_port));
+        }
         let member = &self.members[i];
         let client = format!("http://127.0.0.1:{}", member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         // Appended, so that a restarted member's log follows its earlier life.
-        let log = OpenOptions::new().create(true).append(true).open(self.log_path(i))?;
+        let path = self.log_path(i);
+        let log = File::options().append(true).create(true).open(path)?;
+        // None of these has a space; the data dir (under the temp dir) may.
+        // zap, because etcd 3.4 warns that its default logger is deprecated;
+        // to stderr, so that the log file also holds what the Go runtime
+        // prints when etcd panics.
+        let flags = format!(
+            "--name m{i} --listen-client-urls {client} --advertise-client-urls {client} \
+             --listen-peer-urls {peer} --initial-advertise-peer-urls {peer} --initial-cluster {} \
+             --initial-cluster-state new --initial-cluster-token {} --heartbeat-interval {HEARTBEAT_MS} \
+             --election-timeout {ELECTION_MS} --logger zap --log-outputs stderr",
+            initial_cluster.join(","),
+            self.token
+        );
         let mut cmd = Command::new("etcd");
-        cmd.arg("--name")
-            .arg(format!("m{i}"))
+        cmd.args(flags.split_whitespace())
             .arg("--data-dir")
             .arg(self.dir.join(format!("m{i}")))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &initial_cluster.join(",")])
-            .args(["--initial-cluster-state", "new", "--initial-cluster-token", &self.token])
-            .args(["--heartbeat-interval", &HEARTBEAT_MS.to_string()])
-            .args(["--election-timeout", &ELECTION_MS.to_string()])
-            // zap, because etcd 3.4 warns that its default logger is
-            // deprecated; to stderr, so that the log file also holds what
-            // the Go runtime prints when etcd panics.
-            .args(["--logger", "zap", "--log-outputs", "stderr"])
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
@@ -365,11 +341,7 @@ impl EtcdCluster {
             cmd.env("ETCD_UNSUPPORTED_ARCH", arch);
         }
         self.members[i].port_holds.clear();
-        let child = cmd.spawn().map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, ETCD_INSTALL_HINT),
-            _ => e,
-        })?;
-        self.members[i].child = Some(child);
+        self.members[i].child = Some(cmd.spawn().map_err(with_install_hint)?);
         Ok(())
     }
 
@@ -379,20 +351,11 @@ impl EtcdCluster {
         if which.is_empty() {
             return Vec::new();
         }
-        let members: Vec<&Member> = which.iter().map(|&i| &self.members[i]).collect();
-        let args = [
-            "--dial-timeout",
-            PROBE_TIMEOUT,
-            "--command-timeout",
-            PROBE_TIMEOUT,
-            "endpoint",
-            "status",
-            "-w",
-            "json",
-        ];
+        let endpoints = endpoints_of(which.iter().map(|&i| &self.members[i]));
+        let args: Vec<&str> = STATUS_PROBE.split(' ').collect();
         // etcdctl fails when any endpoint does not answer, but still
         // prints the status of those that did.
-        match etcdctl(&endpoints_of(&members), &args) {
+        match etcdctl(&endpoints, &args) {
             Ok(output) => parse_statuses(&String::from_utf8_lossy(&output.stdout)),
             Err(_) => Vec::new(),
         }
@@ -408,10 +371,6 @@ impl EtcdCluster {
         self.members[i].child.as_mut()?.try_wait().ok().flatten()
     }
 
-    fn index_of_port(&self, client_port: u16) -> Option<usize> {
-        self.members.iter().position(|m| m.client_port == client_port)
-    }
-
     fn log_path(&self, i: usize) -> PathBuf {
         self.dir.join(format!("m{i}.log"))
     }
@@ -419,7 +378,7 @@ impl EtcdCluster {
     /// Every member's log, for failure messages.
     fn logs(&self) -> String {
         (0..self.len())
-            .map(|i| format!("--- log of m{i} (client port {}):\n{}", self.client_port(i), self.log(i)))
+            .map(|i| format!("--- m{i}, port {}:\n{}", self.client_port(i), self.log(i)))
             .collect::<Vec<_>>()
             .join("\n")
     }
@@ -452,6 +411,21 @@ impl Drop for PausedMember {
     }
 }
 
+/// Calls `condition` every 20 ms until it gives a value, or `None` once
+/// `limit` has passed.
+fn poll<T>(limit: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
+    let started = Instant::now();
+    loop {
+        if let Some(value) = condition() {
+            return Some(value);
+        }
+        if started.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Runs `etcdctl --endpoints=<endpoints> <args>` with the v3 API.
 fn etcdctl(endpoints: &str, args: &[&str]) -> io::Result<Output> {
     Command::new("etcdctl")
@@ -460,17 +434,20 @@ fn etcdctl(endpoints: &str, args: &[&str]) -> io::Result<Output> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, ETCD_INSTALL_HINT),
-            _ => e,
-        })
+        .map_err(with_install_hint)
 }
 
-fn endpoints_of(members: &[&Member]) -> String {
-    let endpoints: Vec<String> = members
-        .iter()
-        .map(|m| format!("127.0.0.1:{}", m.client_port))
-        .collect();
+/// `e`, or the install hint when the program was not found.
+fn with_install_hint(e: io::Error) -> io::Error {
+    match e.kind() {
+        io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, ETCD_INSTALL_HINT),
+        _ => e,
+    }
+}
+
+/// `127.0.0.1:P1,127.0.0.1:P2,...` of `members`.
+fn endpoints_of<'a>(members: impl Iterator<Item = &'a Member>) -> String {
+    let endpoints: Vec<String> = members.map(|m| format!("127.0.0.1:{}", m.client_port)).collect();
     endpoints.join(",")
 }
 
@@ -517,7 +494,6 @@ fn unsupported_arch() -> Option<&'static str> {
         "powerpc64" if cfg!(target_endian = "little") => None,
         "x86" => Some("386"),
         "powerpc64" => Some("ppc64"),
-        "loongarch64" => Some("loong64"),
         other => Some(other),
     }
 }

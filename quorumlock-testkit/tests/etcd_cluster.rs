@@ -15,7 +15,10 @@ const ELECTION_LIMIT: Duration = Duration::from_secs(5);
 fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
     let started = Instant::now();
     while !condition() {
-        assert!(started.elapsed() < limit, "timed out after {limit:?} waiting until {what}");
+        assert!(
+            started.elapsed() < limit,
+            "timed out after {limit:?} waiting until {what}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -34,12 +37,17 @@ fn three_members_put_and_get() {
     let cluster = EtcdCluster::start(3);
     assert_eq!(cluster.len(), 3);
     assert!(cluster.pids().iter().all(Option::is_some));
-    let ports: Vec<String> = (0..3).map(|i| format!("127.0.0.1:{}", cluster.client_port(i))).collect();
+    let ports: Vec<String> = (0..3)
+        .map(|i| format!("127.0.0.1:{}", cluster.client_port(i)))
+        .collect();
     assert_eq!(cluster.endpoints(), ports.join(","));
     assert_eq!(cluster.url(), format!("etcd://{}", ports.join(",")));
     assert_eq!(cluster.member_url(1), format!("etcd://{}", ports[1]));
 
-    assert_eq!(cluster.etcdctl(&["put", "kit/a", "one"]).expect("put").trim(), "OK");
+    assert_eq!(
+        cluster.etcdctl(&["put", "kit/a", "one"]).expect("put").trim(),
+        "OK"
+    );
     let got = cluster
         .etcdctl(&["get", "kit/a", "--print-value-only"])
         .expect("get");
@@ -64,9 +72,14 @@ fn killed_leader_is_replaced_and_rejoins() {
         new.is_some()
     });
     let new = new.expect("a new leader");
-    eprintln!("new leader m{new} after {:?} (old leader m{old} killed)", killed_at.elapsed());
+    eprintln!(
+        "new leader m{new} after {:?} (old leader m{old} killed)",
+        killed_at.elapsed()
+    );
     assert!(cluster.is_running(new));
-    cluster.etcdctl(&["put", "kit/after-kill", "x"]).expect("put with the leader dead");
+    cluster
+        .etcdctl(&["put", "kit/after-kill", "x"])
+        .expect("put with the leader dead");
 
     cluster.restart(old);
     assert!(cluster.is_running(old));
@@ -79,7 +92,13 @@ fn killed_leader_is_replaced_and_rejoins() {
     let at_old = format!("--endpoints=127.0.0.1:{}", cluster.client_port(old));
     wait_until("the restarted member has caught up", ELECTION_LIMIT, || {
         cluster
-            .etcdctl(&[&at_old, "get", "kit/after-kill", "--print-value-only", "--consistency=s"])
+            .etcdctl(&[
+                &at_old,
+                "get",
+                "kit/after-kill",
+                "--print-value-only",
+                "--consistency=s",
+            ])
             .is_ok_and(|v| v.trim() == "x")
     });
 }
@@ -93,13 +112,21 @@ fn put_works_while_a_follower_is_paused() {
     let others = format!("--endpoints={}", endpoints_except(&cluster, follower));
     for n in 0..5 {
         let key = format!("kit/paused/{n}");
-        let reply = cluster.etcdctl(&[&others, "put", &key, "v"]).expect("put with a follower frozen");
+        let reply = cluster
+            .etcdctl(&[&others, "put", &key, "v"])
+            .expect("put with a follower frozen");
         assert_eq!(reply.trim(), "OK");
     }
-    assert_eq!(cluster.leader(), leader, "a frozen follower does not unseat the leader");
+    assert_eq!(
+        cluster.leader(),
+        leader,
+        "a frozen follower does not unseat the leader"
+    );
     paused.resume();
-    wait_until("all 3 members are healthy after the resume", ELECTION_LIMIT, || {
-        cluster.etcdctl(&["endpoint", "health"]).is_ok()
-    });
+    wait_until(
+        "all 3 members are healthy after the resume",
+        ELECTION_LIMIT,
+        || cluster.etcdctl(&["endpoint", "health"]).is_ok(),
+    );
     assert_eq!(cluster.keys("kit/paused/").len(), 5);
 }
