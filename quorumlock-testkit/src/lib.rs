@@ -27,6 +27,9 @@
 //!   [`checker::Report`] counts the overlaps.
 //! - [`panics`]: a [`PanicProbe`] for panics in spawned tasks, which tokio
 //!   would swallow.
+//! - [`etcd`]: an [`etcd::EtcdCluster`] of one or more real `etcd` members
+//!   on free loopback ports, killed when dropped; kill, restart and SIGSTOP
+//!   pauses of single members, the leader, `etcdctl` commands.
 //! - [`cli`]: running the `quorumlock` binary in tests: a command over
 //!   some servers, a running quorumlock cleaned up after a failed assertion,
 //!   the files its command writes, and process state from /proc.
@@ -85,6 +88,7 @@
 pub mod alloc;
 pub mod checker;
 pub mod cli;
+pub mod etcd;
 pub mod fake;
 pub mod faults;
 pub mod panics;

@@ -402,7 +402,7 @@ pub fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(RedisServer::url).collect()
 }
 
-fn signal(pid: u32, name: &str) {
+pub(crate) fn signal(pid: u32, name: &str) {
     signal_all(&[pid], name);
 }
 
@@ -427,7 +427,7 @@ fn process_id(info: &str) -> Option<u32> {
 /// the port cannot be bound (then it is only as free as any closed port).
 /// `SO_REUSEADDR`, so that the dead server's connections lingering in
 /// TIME_WAIT do not stop the bind; a restart drops it before it binds.
-fn hold_port(port: u16) -> Option<tokio::net::TcpSocket> {
+pub(crate) fn hold_port(port: u16) -> Option<tokio::net::TcpSocket> {
     let socket = tokio::net::TcpSocket::new_v4().ok()?;
     socket.set_reuseaddr(true).ok()?;
     socket.bind((Ipv4Addr::LOCALHOST, port).into()).ok()?;
