@@ -29,7 +29,8 @@
 //!   would swallow.
 //! - [`etcd`]: an [`etcd::EtcdCluster`] of one or more real `etcd` members
 //!   on free loopback ports, killed when dropped; kill, restart and SIGSTOP
-//!   pauses of single members, the leader, `etcdctl` commands.
+//!   pauses of single members, the leader, `etcdctl` commands;
+//!   [`etcd_chaos`]: such a cluster as a target of the checker.
 //! - [`cli`]: running the `quorumlock` binary in tests: a command over
 //!   some servers, a running quorumlock cleaned up after a failed assertion,
 //!   the files its command writes, and process state from /proc.
@@ -89,6 +90,7 @@ pub mod alloc;
 pub mod checker;
 pub mod cli;
 pub mod etcd;
+pub mod etcd_chaos;
 pub mod fake;
 pub mod faults;
 pub mod panics;

@@ -296,6 +296,18 @@ pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 
 #[cfg(feature = "etcd")]
 pub(crate) const ETCD_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// How often the connection to each etcd member is checked with an HTTP/2
+/// ping.
+///
+/// A member that is paused or cut off keeps its TCP connection open and
+/// says nothing; the client would go on sending it its share of requests,
+/// each lost for a whole request timeout. An unanswered ping (within the
+/// request timeout) takes the member out of the balancer until it answers
+/// again. Four pings a second per member cost nothing next to the lock
+/// traffic and bound that detection to under a second.
+#[cfg(feature = "etcd")]
+pub(crate) const ETCD_PING_EVERY: Duration = Duration::from_millis(250);
+
 /// How soon an etcd keep-alive that failed is sent again.
 ///
 /// A failed keep-alive is nearly always a leader election or a member

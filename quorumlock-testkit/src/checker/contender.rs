@@ -145,6 +145,7 @@ impl Drop for Recorder<'_> {
             valid_until: self.guard.valid_until(),
             lost: !self.completed,
             degraded: self.degraded,
+            fence: self.guard.fence_token(),
         };
         self.shared
             .history
@@ -214,6 +215,7 @@ async fn hold(id: usize, guard: Guard, plan: &Plan, shared: &Shared, rng: &mut S
         valid_until,
         lost,
         degraded,
+        fence: guard.fence_token(),
     });
     if lost {
         // As `with_lock` does: the drop releases our token in the background.

@@ -26,6 +26,8 @@ pub struct Holding {
     pub lost: bool,
     /// A fault was in force when the lock was granted.
     pub degraded: bool,
+    /// The guard's fencing token, when it has one.
+    pub fence: Option<u64>,
 }
 
 impl Holding {

@@ -8,6 +8,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
 use super::Store;
+use crate::config::ETCD_RENEW_RETRY;
 use crate::error::{Error, Result};
 use crate::lock::state::Held;
 use crate::tasks::BackgroundWork;
@@ -96,7 +97,7 @@ impl Hold {
         if !held.is_held() {
             return Err(store.lost());
         }
-        let (sent, granted) = match relocate(store, &self.keys, seconds).await {
+        let (sent, granted) = match relocate(store, &self.keys, seconds, held.ttl()).await {
             Ok(relocated) => relocated,
             Err(error @ Error::Lost { .. }) => {
                 held.mark_lost();
@@ -116,6 +117,11 @@ impl Hold {
 /// Gives the lock back: revokes its lease (which deletes every key of it in
 /// one step), or, while its minimum hold has not passed, moves the keys to
 /// a lease that lasts until then. `Ok(Some(until))` when kept.
+///
+/// A revoke that fails (a leader election outlasting the request timeout)
+/// is the caller's error, and is tried again in the background until the
+/// lease would have expired anyway: the lock is free as soon as the
+/// cluster serves again, not a ttl later.
 pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, keys: &Keys) -> Result<Option<Instant>> {
     // A keep-alive after this changes nothing (a revoked lease stays
     // revoked), but one racing a relocation must not see the old lease.
@@ -124,10 +130,20 @@ pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, keys: &Keys) -> R
     if let Some(until) = held.keep_until(now) {
         let left = until - now;
         let seconds = left.as_secs() + u64::from(left.subsec_nanos() > 0);
-        let (sent, granted) = relocate(store, keys, i64::try_from(seconds).unwrap_or(i64::MAX)).await?;
+        let (sent, granted) = relocate(
+            store,
+            keys,
+            i64::try_from(seconds).unwrap_or(i64::MAX),
+            held.ttl(),
+        )
+        .await?;
         return Ok(Some((sent + granted).max(until)));
     }
-    revoke(store, keys.lease()).await?;
+    let lease = keys.lease();
+    if let Err(error) = revoke(store, lease).await {
+        revoke_in_background(store, lease, held.ttl());
+        return Err(error);
+    }
     Ok(None)
 }
 
@@ -145,13 +161,23 @@ pub(crate) async fn revoke(store: &Store, lease: i64) -> Result<()> {
     }
 }
 
-/// Revokes `lease` in the background, as tracked work; never blocks.
-/// Without a runtime the lease expires with its ttl.
-pub(crate) fn revoke_in_background(store: &Arc<Store>, lease: i64) {
+/// Revokes `lease` in the background, as tracked work, trying again every
+/// [`ETCD_RENEW_RETRY`] for up to `ttl` (after which the lease has expired
+/// by itself); never blocks. Without a runtime the lease expires with its
+/// ttl.
+pub(crate) fn revoke_in_background(store: &Arc<Store>, lease: i64, ttl: Duration) {
     let task_store = Arc::clone(store);
+    let until = Instant::now() + ttl;
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        if let Err(error) = revoke(&task_store, lease).await {
-            tracing::warn!(%error, lease, "etcd lease revoke failed; it expires with its ttl");
+        loop {
+            let Err(error) = revoke(&task_store, lease).await else {
+                return;
+            };
+            if Instant::now() + ETCD_RENEW_RETRY >= until {
+                tracing::warn!(%error, lease, "etcd lease revoke failed; it expires with its ttl");
+                return;
+            }
+            tokio::time::sleep(ETCD_RENEW_RETRY).await;
         }
     });
 }
@@ -161,7 +187,7 @@ pub(crate) fn give_back_in_background(store: &Arc<Store>, held: &Arc<Held>, keys
     let (task_store, held, keys) = (Arc::clone(store), Arc::clone(held), Arc::clone(keys));
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
         if let Err(error) = give_back(&task_store, &held, &keys).await {
-            tracing::warn!(%error, "etcd release failed; the lock expires with its lease");
+            tracing::debug!(%error, "etcd release failed; trying again in the background");
         }
     });
 }
@@ -170,11 +196,17 @@ pub(crate) fn give_back_in_background(store: &Arc<Store>, held: &Arc<Held>, keys
 /// is still ours, and revokes the old lease. Returns when the new lease's
 /// grant was sent and its ttl. The keys keep their create revisions, so
 /// their place in line, and their names.
-async fn relocate(store: &Arc<Store>, keys: &Keys, seconds: i64) -> Result<(Instant, Duration)> {
+async fn relocate(
+    store: &Arc<Store>,
+    keys: &Keys,
+    seconds: i64,
+    old_ttl: Duration,
+) -> Result<(Instant, Duration)> {
     let mut client = store.client().await?;
     let sent = Instant::now();
     let grant = store.call(client.lease_grant(seconds, None)).await?;
     let new = grant.id();
+    let granted = Duration::from_secs(grant.ttl().unsigned_abs());
     let puts: Vec<TxnOp> = keys
         .owned
         .iter()
@@ -198,11 +230,11 @@ async fn relocate(store: &Arc<Store>, keys: &Keys, seconds: i64) -> Result<(Inst
     match moved {
         Ok(true) => {
             let old = keys.lease.swap(new, Ordering::AcqRel);
-            revoke_in_background(store, old);
-            Ok((sent, Duration::from_secs(grant.ttl().unsigned_abs())))
+            revoke_in_background(store, old, old_ttl);
+            Ok((sent, granted))
         }
         Ok(false) => {
-            revoke_in_background(store, new);
+            revoke_in_background(store, new, granted);
             Err(store.lost())
         }
         // Unknown: the keys may live only as long as the new lease, which

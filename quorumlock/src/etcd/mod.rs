@@ -42,7 +42,7 @@ pub(crate) use inspect::{delete_holder, look};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
-use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, MAX_TTL};
+use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
 use crate::error::{Error, NodeError, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;
 use crate::lock::resources::Resources;
@@ -111,7 +111,12 @@ impl Store {
                     .with_connect_timeout(self.connect_timeout)
                     // A member cut off from the leader refuses requests
                     // instead of serving what it last knew.
-                    .with_require_leader(true);
+                    .with_require_leader(true)
+                    // A member that stops answering (paused, cut off) is
+                    // dropped from the balancer once a ping goes unanswered,
+                    // instead of taking every other request into its hole.
+                    .with_keep_alive(ETCD_PING_EVERY, self.request_timeout)
+                    .with_keep_alive_while_idle(true);
                 if let Some((name, password)) = &self.url.user {
                     options = options.with_user(name, password);
                 }

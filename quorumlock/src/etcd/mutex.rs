@@ -79,14 +79,16 @@ async fn attempt(
     let mut client = store.client().await?;
     let start = Instant::now();
     let grant = store.call(client.lease_grant(ttl_seconds, None)).await?;
-    let mut lease = Undo {
+    let granted = Duration::from_secs(grant.ttl().unsigned_abs());
+    let lease = Undo {
         store,
         lease: grant.id(),
+        ttl: granted,
         armed: true,
     };
     let mut alive = Alive {
         since: start,
-        ttl: Duration::from_secs(grant.ttl().unsigned_abs()),
+        ttl: granted,
         keeper: None,
     };
     let token: Arc<str> = random::token().into();
@@ -94,14 +96,19 @@ async fn attempt(
     // never wait for each other's second resource.
     let mut names = resources.names().to_vec();
     names.sort();
-    let mut owned = Vec::with_capacity(names.len());
-    let (mut revision, mut waited) = (0, false);
+    let (mut owned, mut revision, mut waited) = (Vec::with_capacity(names.len()), 0, false);
+    let Some(deadline) = deadline else {
+        // Without waiting, nothing joins a line: a key left in one by an
+        // attempt that was refused would hold up everyone behind it until
+        // its revoke (or its lease) ends it.
+        let (owned, revision) = take_if_free(store, &mut client, names, &token, lease.lease).await?;
+        return finish(store, options, resources, token, (owned, revision), lease, alive);
+    };
     for resource in names {
         let key = store.key(&resource, lease.lease);
         let prefix = store.resource_prefix(&resource);
         let place = take_place(store, &mut client, &key, &token, lease.lease, &prefix).await?;
         if !place.first {
-            let deadline = deadline.ok_or_else(|| store.held())?;
             let line = Line {
                 store,
                 prefix: &prefix,
@@ -125,6 +132,19 @@ async fn attempt(
         alive.confirm(store, lease.lease).await?;
         revision = confirm_first(store, &mut client, &owned).await?;
     }
+    finish(store, options, resources, token, (owned, revision), lease, alive)
+}
+
+/// The lock held: its state, once the validity left is checked.
+fn finish(
+    store: &Store,
+    options: &LockOptions,
+    resources: &Resources,
+    token: Arc<str>,
+    (owned, revision): (Vec<Owned>, i64),
+    mut lease: Undo<'_>,
+    alive: Alive,
+) -> Result<(Held, Keys)> {
     let validity = store.lease(alive.since, alive.ttl);
     validity.left(options.min_validity)?;
     lease.armed = false;
@@ -139,17 +159,57 @@ async fn attempt(
     Ok((Held::new(acquired, options), Keys::new(lease.lease, owned)))
 }
 
+/// Creates our key on every resource, in one transaction, if no key is
+/// under any of their prefixes (nobody holds or waits); otherwise writes
+/// nothing and says [`Error::Held`].
+async fn take_if_free(
+    store: &Store,
+    client: &mut Client,
+    names: Vec<String>,
+    token: &str,
+    lease: i64,
+) -> Result<(Vec<Owned>, i64)> {
+    let free: Vec<Compare> = names
+        .iter()
+        .map(|name| Compare::create_revision(store.resource_prefix(name), CompareOp::Equal, 0).with_prefix())
+        .collect();
+    let keys: Vec<String> = names.iter().map(|name| store.key(name, lease)).collect();
+    let puts: Vec<TxnOp> = keys
+        .iter()
+        .map(|key| TxnOp::put(key.as_str(), token, Some(PutOptions::new().with_lease(lease))))
+        .collect();
+    let reply = store
+        .call(client.txn(Txn::new().when(free).and_then(puts)))
+        .await?;
+    if !reply.succeeded() {
+        return Err(store.held());
+    }
+    let created = revision(&reply);
+    let owned = names
+        .into_iter()
+        .zip(keys)
+        .map(|(resource, key)| Owned {
+            resource,
+            key,
+            revision: created,
+        })
+        .collect();
+    Ok((owned, created))
+}
+
 /// Revokes the lease of an attempt that did not succeed.
 struct Undo<'a> {
     store: &'a Arc<Store>,
     lease: i64,
+    /// The lease's ttl: a revoke is tried until it would have expired.
+    ttl: Duration,
     armed: bool,
 }
 
 impl Drop for Undo<'_> {
     fn drop(&mut self) {
         if self.armed {
-            revoke_in_background(self.store, self.lease);
+            revoke_in_background(self.store, self.lease, self.ttl);
         }
     }
 }
@@ -334,6 +394,11 @@ impl Line<'_> {
     }
 
     /// Waits for the deletion of `key` at a revision from `from` on.
+    ///
+    /// The watch may hang with the member it was opened on (a member paused
+    /// or cut off keeps the connection open and says nothing), so each
+    /// keep-alive of our lease also checks that the key is still there: a
+    /// stuck watch costs at most a third of the ttl, not the whole wait.
     async fn wait_deleted(
         &self,
         client: &mut Client,
@@ -344,7 +409,7 @@ impl Line<'_> {
     ) -> Result<()> {
         let store = self.store;
         let options = WatchOptions::new().with_start_revision(from);
-        let mut watch = store.call(client.watch(key, Some(options))).await?;
+        let mut watch = store.call(client.watch(key.clone(), Some(options))).await?;
         let mut renew_at = alive.renew_at();
         loop {
             tokio::select! {
@@ -359,11 +424,15 @@ impl Line<'_> {
                     Err(e) => return Err(store.unreachable(NodeErrorKind::Etcd(e.to_string()))),
                 },
                 () = tokio::time::sleep_until(renew_at) => {
-                    renew_at = if alive.keep(store, lease).await? {
-                        alive.renew_at()
-                    } else {
-                        Instant::now() + ETCD_RENEW_RETRY
-                    };
+                    if !alive.keep(store, lease).await? {
+                        renew_at = Instant::now() + ETCD_RENEW_RETRY;
+                        continue;
+                    }
+                    renew_at = alive.renew_at();
+                    let exists = client.get(key.clone(), Some(GetOptions::new().with_count_only()));
+                    if store.call(exists).await.is_ok_and(|reply| reply.count() == 0) {
+                        return Ok(());
+                    }
                 }
                 () = tokio::time::sleep_until(self.deadline) => return Err(store.held()),
                 () = store.tasks.closing().cancelled() => return Err(Error::Closed),
