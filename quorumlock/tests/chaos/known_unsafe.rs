@@ -122,6 +122,7 @@ fn overlap_detection_counts_intersecting_holdings_only() {
         valid_until: t0 + ms(valid_until),
         lost: false,
         degraded: false,
+        fence: None,
     };
     // Back to back: no overlap (the second enters when the first has left).
     assert!(overlaps(&[holding(0, 0, 100, 900), holding(1, 100, 200, 1000)]).is_empty());
