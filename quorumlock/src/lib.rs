@@ -43,6 +43,10 @@ mod inspect;
 // library sends a node, what each is needed for, and how to probe them.
 #[doc(hidden)]
 pub use wire::probe as cli_probe;
+// For the quorumlock CLI's `check` on an etcd cluster, not covered by semver.
+#[cfg(feature = "etcd")]
+#[doc(hidden)]
+pub use etcd::probe as cli_probe_etcd;
 
 pub use builder::RedlockBuilder;
 // For the quorumlock CLI, not covered by semver: the duration format of its

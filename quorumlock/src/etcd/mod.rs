@@ -26,6 +26,7 @@ mod inspect;
 mod keepalive;
 mod keeper;
 mod mutex;
+pub mod probe;
 mod url;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -267,7 +268,7 @@ impl Store {
 
 /// `etcds://` trusts the system's root certificates.
 #[cfg(feature = "tls")]
-fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
+pub(crate) fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
     Ok(if url.tls {
         options.with_tls(etcd_client::TlsOptions::new().with_native_roots())
     } else {
@@ -276,7 +277,7 @@ fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
 }
 
 #[cfg(not(feature = "tls"))]
-fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
+pub(crate) fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
     if url.tls {
         return Err(Error::config(
             Setting::Nodes,
