@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
+source scripts/ensure-etcd.sh
 
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
@@ -17,10 +18,10 @@ else
   echo "clippy not installed: skipping lints" >&2
 fi
 
-# Library, CLI (with its demo), test kit, integration tests and the
-# README/rustdoc examples; every test binary runs, so that one failure does
-# not hide another.
-cargo test --no-fail-fast --features quorumlock-cli/demo
+# Library (with its etcd backend), CLI (with its demo and etcd nodes), test
+# kit, integration tests and the README/rustdoc examples; every test binary
+# runs, so that one failure does not hide another.
+cargo test --no-fail-fast --features quorumlock-cli/demo,quorumlock-cli/etcd,quorumlock/etcd
 # The protocol model: the safe configurations explored exhaustively and the
 # negative controls' counterexamples (release build: about a minute on 2 cores).
 cargo test --release -p quorumlock-model
@@ -28,6 +29,7 @@ cargo test --release -p quorumlock-model
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 # The optional features must keep compiling; the blocking client has its own tests.
 cargo check -p quorumlock --features tls,blocking
+cargo check -p quorumlock --features etcd,tls
 cargo check -p quorumlock-cli
 cargo check -p quorumlock-cli --features tls,demo
 cargo test -p quorumlock --features blocking --test blocking

@@ -138,6 +138,13 @@ impl RedlockBuilder {
     /// Adds a node by URL: `redis://[user][:password@]host[:port][/db]`,
     /// `rediss://` (feature `tls`) or `unix:///path`. Each node must be an
     /// independent master: replicas of one another do not add safety.
+    ///
+    /// Or, with the `etcd` feature, a whole etcd cluster as the only node:
+    /// `etcd://[user:password@]host:port[,host:port...][/prefix]` (`etcds://`
+    /// with `tls`). Its locks are then taken as etcd's own
+    /// `concurrency.Mutex` takes them, under one lease per lock; the
+    /// cluster's Raft quorum replaces the Redlock majority. The URL may
+    /// also come split at its commas (`["etcd://h1:2379", "h2:2379"]`).
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.nodes.push(NodeSpec::Url(url.into()));
         self

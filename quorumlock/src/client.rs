@@ -9,7 +9,10 @@ use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
 use crate::options::LockOptions;
 
-/// A distributed lock client over N independent Redis nodes (Redlock).
+/// A distributed lock client over N independent Redis nodes (Redlock), or,
+/// with the `etcd` feature and an `etcd://` node URL, over one etcd cluster
+/// (see [`RedlockBuilder::node`](crate::RedlockBuilder::node)): the same
+/// calls, guards and errors on either.
 ///
 /// Cheap to clone (an `Arc`); clones share connections and settings. Create
 /// it once with [`Redlock::builder`] and use it from any task. Connections are
