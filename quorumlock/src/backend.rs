@@ -18,9 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::Result;
-#[cfg(feature = "etcd")]
-use crate::error::{Error, Setting};
+use crate::error::{Error, Result, Setting};
 #[cfg(feature = "etcd")]
 use crate::etcd;
 use crate::lock::attempt::attempt;
@@ -133,4 +131,26 @@ impl Backend {
             )),
         }
     }
+}
+
+/// The etcd URL that the node URLs name, if they name one: a single
+/// `etcd://` or `etcds://` URL, alone. Lists split at commas (the CLI's
+/// `--nodes`, `QUORUMLOCK_NODES`) split an etcd URL's members apart, so
+/// scheme-less items after it are joined back to it. `nodes` counts every
+/// node given, `redis::Client`s included.
+pub(crate) fn etcd_url(urls: &[&str], nodes: usize) -> Result<Option<String>> {
+    let names_etcd = |url: &str| url.starts_with("etcd://") || url.starts_with("etcds://");
+    if !urls.iter().any(|url| names_etcd(url)) {
+        return Ok(None);
+    }
+    let continued =
+        urls.len() == nodes && names_etcd(urls[0]) && urls[1..].iter().all(|member| !member.contains("://"));
+    if !continued {
+        return Err(Error::config(
+            Setting::Nodes,
+            "an etcd URL names a whole cluster and cannot be mixed with other nodes: give its \
+             members in one URL (etcd://h1:2379,h2:2379,h3:2379)",
+        ));
+    }
+    Ok(Some(urls.join(",")))
 }

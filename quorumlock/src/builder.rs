@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Backend;
+use crate::backend::{self, Backend};
 use crate::client::Redlock;
 use crate::config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
@@ -385,10 +385,8 @@ impl RedlockBuilder {
         Ok(Redlock::new(Backend::Redis(Arc::new(shared)), options))
     }
 
-    /// The backend other than Redis that the node URLs name, if any: one
-    /// `etcd://` URL (a whole cluster), alone. Lists split at commas (the
-    /// CLI's `--nodes`, `QUORUMLOCK_NODES`) split an etcd URL's members
-    /// apart: scheme-less items after it are joined back to it.
+    /// The backend other than Redis that the node URLs name, if any (see
+    /// [`backend::etcd_url`]).
     fn other_backend(&self, tasks: &Arc<Tasks>) -> Result<Option<Backend>> {
         let urls: Vec<&str> = self
             .nodes
@@ -398,26 +396,16 @@ impl RedlockBuilder {
                 NodeSpec::Client(_) => None,
             })
             .collect();
-        if !urls.iter().any(|url| names_etcd(url)) {
+        let Some(url) = backend::etcd_url(&urls, self.nodes.len())? else {
             return Ok(None);
-        }
-        let continued = urls.len() == self.nodes.len()
-            && names_etcd(urls[0])
-            && urls[1..].iter().all(|member| !member.contains("://"));
-        if !continued {
-            return Err(Error::config(
-                Setting::Nodes,
-                "an etcd URL names a whole cluster and cannot be mixed with other nodes: give its \
-                 members in one URL (etcd://h1:2379,h2:2379,h3:2379)",
-            ));
-        }
+        };
         if self.replica_ack.is_some() {
             return Err(Error::config(
                 Setting::ReplicaAck,
                 "replica acknowledgement is for Redis nodes; etcd acknowledges a write once a majority of its members has it",
             ));
         }
-        self.etcd(&urls.join(","), tasks).map(Some)
+        self.etcd(&url, tasks).map(Some)
     }
 
     #[cfg(feature = "etcd")]
@@ -442,11 +430,6 @@ impl RedlockBuilder {
             ),
         ))
     }
-}
-
-/// Whether `url` names an etcd cluster rather than a Redis node.
-fn names_etcd(url: &str) -> bool {
-    url.starts_with("etcd://") || url.starts_with("etcds://")
 }
 
 #[cfg(test)]

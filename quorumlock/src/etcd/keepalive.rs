@@ -22,8 +22,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::Store;
-use super::hold::{Keys, give_back_in_background};
 use super::keeper::{Keeper, KeptAlive};
+use super::lease::{Keys, give_back_in_background};
 use crate::config::{ETCD_RENEW_RETRY, WATCHDOG_LINGER};
 use crate::error::{NodeErrorKind, Result};
 use crate::lock::registry::Registry;

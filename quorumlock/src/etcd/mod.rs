@@ -25,6 +25,7 @@ mod hold;
 mod inspect;
 mod keepalive;
 mod keeper;
+mod lease;
 mod mutex;
 pub mod probe;
 mod url;
@@ -38,8 +39,9 @@ use etcd_client::{Client, ConnectOptions};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-pub(crate) use hold::{Hold, Keys, give_back, give_back_in_background};
+pub(crate) use hold::Hold;
 pub(crate) use inspect::{delete_holder, look};
+pub(crate) use lease::{Keys, give_back, give_back_in_background};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 

@@ -11,8 +11,8 @@ use etcd_client::{
 use tokio::time::Instant;
 
 use super::Store;
-use super::hold::{Keys, Owned, revoke_in_background};
 use super::keeper::{Keeper, KeptAlive};
+use super::lease::{Keys, Owned, revoke_in_background};
 use crate::config::{ETCD_RENEW_RETRY, RENEW_DIVISOR};
 use crate::error::{Error, NodeErrorKind, Result};
 use crate::lock::resources::Resources;

@@ -354,7 +354,9 @@ impl Guard {
     /// guard's drop (sent in the background, see the type docs).
     pub async fn release(mut self) -> Result<ReleaseReport> {
         self.stop_renewal();
-        if self.is_closed() && !self.held.claim_release() {
+        // False when a loss or a shutdown has begun giving the lock back.
+        let claimed = self.held.claim_release();
+        if self.is_closed() && !claimed {
             // The shutdown released the lock.
             self.released = true;
             return Err(Error::Closed);
@@ -365,9 +367,17 @@ impl Guard {
                 shared.holders.remove(*holder);
                 Self::report(given.tally, given.kept_until)
             }
+            // A lock lost first was given back by its keep-alive task.
+            #[cfg(feature = "etcd")]
+            Store::Etcd(_) if !claimed => Ok(ReleaseReport {
+                nodes: 1,
+                confirmed: 1,
+                deleted: 0,
+                kept: 0,
+                kept_until: None,
+            }),
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => {
-                self.held.claim_release();
                 let kept_until = etcd::give_back(&hold.store, &self.held, &hold.keys).await;
                 kept_until.map(|kept_until| ReleaseReport {
                     nodes: 1,
