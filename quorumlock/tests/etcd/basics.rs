@@ -74,6 +74,31 @@ async fn a_waiter_is_woken_by_the_release_and_gets_a_larger_fence_token() {
     second.release().await.unwrap();
 }
 
+/// A waiter whose key vanished while it waited (its lease lapsed in a
+/// failover, or an operator deleted it) must not take the lock when its
+/// predecessor goes: it would hold it with no key, beside whoever comes next.
+#[tokio::test]
+async fn a_waiter_whose_key_vanished_takes_its_place_again_before_it_holds() {
+    let cluster = EtcdCluster::start(1);
+    let (a, b, c) = (client(&cluster), client(&cluster), client(&cluster));
+    let first = a.lock("till", TTL).await.unwrap();
+    let holder_key = cluster.keys("till/");
+    let waiting = tokio::spawn(async move { b.lock("till", TTL).await.unwrap() });
+    eventually("the waiter queued", Duration::from_secs(5), || {
+        cluster.keys("till/").len() == 2
+    })
+    .await;
+    let waiter_key = cluster.keys("till/").into_iter().find(|k| !holder_key.contains(k)).unwrap();
+    cluster.etcdctl(&["del", &waiter_key]).unwrap();
+    first.release().await.unwrap();
+    let second = waiting.await.unwrap();
+    // `second` says it holds the lock: then nobody else may take it.
+    assert!(second.is_held());
+    assert!(c.try_lock("till", TTL).await.unwrap().is_none(), "two holders at once");
+    assert_eq!(cluster.keys("till/").len(), 1, "the waiter holds with a key of its own");
+    second.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn a_waiter_gives_up_when_its_wait_runs_out_and_leaves_nothing() {
     let cluster = EtcdCluster::start(1);
