@@ -33,6 +33,7 @@ cargo check -p quorumlock --features etcd,tls
 cargo check -p quorumlock-cli
 cargo check -p quorumlock-cli --features tls,demo
 cargo test -p quorumlock --features blocking --test blocking
+cargo test -p quorumlock --features blocking,etcd --test etcd blocking
 # rediss:// nodes: the library and the binary against a TLS redis-server, with a
 # private CA made by the test.
 cargo test -p quorumlock-cli --features tls --test tls

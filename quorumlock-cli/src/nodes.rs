@@ -34,8 +34,9 @@ const SHARED_READ: u32 = 0o044;
 /// The nodes to use: `--nodes`, `--nodes-file` or `QUORUMLOCK_NODES`.
 #[derive(clap::Args, Clone)]
 pub(crate) struct Nodes {
-    /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS
-    /// [default: $QUORUMLOCK_NODES]. Every user of the machine sees --nodes in `ps` while
+    /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS;
+    /// or one etcd cluster: etcd://host:port,host:port,...[/prefix] (a build with the `etcd`
+    /// feature) [default: $QUORUMLOCK_NODES]. Every user of the machine sees --nodes in `ps` while
     /// quorumlock runs: give URLs with a password through QUORUMLOCK_NODES or --nodes-file instead
     #[arg(
         long = "nodes",
@@ -184,15 +185,32 @@ fn has_password(url: &str) -> bool {
 }
 
 /// The URLs in `text`: comma or newline separated, trimmed; empty entries
-/// and lines starting with `#` dropped.
+/// and lines starting with `#` dropped. An etcd URL names a whole cluster
+/// with its members comma separated (`etcd://h1:2379,h2:2379`): the
+/// scheme-less items after it are its members, joined back to it.
 fn split(text: &str) -> Vec<String> {
-    text.lines()
+    let items = text
+        .lines()
         .filter(|line| !line.trim_start().starts_with('#'))
         .flat_map(|line| line.split(','))
         .map(str::trim)
-        .filter(|url| !url.is_empty())
-        .map(str::to_owned)
-        .collect()
+        .filter(|url| !url.is_empty());
+    let mut urls: Vec<String> = Vec::new();
+    for item in items {
+        match urls.last_mut() {
+            Some(etcd) if is_etcd(etcd) && !item.contains("://") => {
+                etcd.push(',');
+                etcd.push_str(item);
+            }
+            _ => urls.push(item.to_owned()),
+        }
+    }
+    urls
+}
+
+/// Whether `url` names an etcd cluster.
+pub(crate) fn is_etcd(url: &str) -> bool {
+    url.starts_with("etcd://") || url.starts_with("etcds://")
 }
 
 /// The URLs of a nodes file, refused when it holds a password that a group
@@ -228,6 +246,20 @@ mod tests {
     fn urls_split_on_commas_and_lines_without_comments() {
         let text = "# the fleet\nredis://a:1, redis://b:2\n\n  redis://c:3  \n  # redis://d:4\n";
         assert_eq!(split(text), ["redis://a:1", "redis://b:2", "redis://c:3"]);
+    }
+
+    #[test]
+    fn an_etcd_url_keeps_its_members_and_a_stray_member_is_still_an_error() {
+        let text = "etcd://a:1,b:2, c:3/locks";
+        assert_eq!(split(text), ["etcd://a:1,b:2,c:3/locks"]);
+        assert_eq!(split("redis://a:1,b:2"), ["redis://a:1", "b:2"]);
+        let stray = Nodes {
+            urls: vec!["redis://a:1".into(), "b:2".into()],
+            nodes_file: None,
+            tls_ca: None,
+            node_timeout: Duration::from_millis(100),
+        };
+        assert!(stray.resolve().is_err());
     }
 
     #[test]

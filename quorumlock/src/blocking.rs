@@ -327,6 +327,12 @@ impl Guard {
         self.inner().token()
     }
 
+    /// The fencing token (see [`crate::Guard::fence_token`]): with
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced), and always on etcd.
+    pub fn fence_token(&self) -> Option<u64> {
+        self.inner().fence_token()
+    }
+
     /// The instant until which the lock is guaranteed to be ours (see
     /// [`crate::Guard::valid_until`]), on the standard monotonic clock.
     pub fn valid_until(&self) -> Instant {

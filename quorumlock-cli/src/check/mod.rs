@@ -10,6 +10,8 @@
 
 mod access;
 mod command;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod help;
 mod keys;
 mod node;
@@ -119,6 +121,8 @@ struct Summary {
     findings: Vec<Finding>,
     worst: Option<Level>,
     code: u8,
+    /// What the nodes are checked for ("Redlock", "an etcd lock").
+    store: &'static str,
 }
 
 pub(crate) async fn run(args: Args) -> ExitCode {
@@ -132,6 +136,17 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     };
     if args.keys.iter().any(String::is_empty) {
         return fail(Exit::Usage, "--key must not be empty");
+    }
+    if let [url] = nodes.urls.as_slice()
+        && crate::nodes::is_etcd(url)
+    {
+        #[cfg(feature = "etcd")]
+        return etcd::run(url, &args).await;
+        #[cfg(not(feature = "etcd"))]
+        return fail(
+            Exit::Usage,
+            "etcd:// nodes need a quorumlock built with the `etcd` feature",
+        );
     }
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
     let probes = nodes
@@ -190,6 +205,18 @@ fn summarize(reports: &[Report], strict: bool) -> Summary {
             ),
         });
     }
+    summarize_with(reports, findings, (majority, strict), "Redlock")
+}
+
+/// The verdict over `reports` and the `findings` about them all, for a
+/// store that needs `majority` usable nodes.
+fn summarize_with(
+    reports: &[Report],
+    findings: Vec<Finding>,
+    (majority, strict): (usize, bool),
+    store: &'static str,
+) -> Summary {
+    let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
     let worst = reports
         .iter()
         .filter_map(Report::level)
@@ -201,11 +228,12 @@ fn summarize(reports: &[Report], strict: bool) -> Summary {
         _ => Exit::Success.code(),
     };
     Summary {
-        nodes: n,
+        nodes: reports.len(),
         usable,
         majority,
         findings,
         worst,
         code,
+        store,
     }
 }

@@ -42,7 +42,7 @@ pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> S
         summary.usable, summary.nodes, summary.majority
     );
     let _ = match summary.worst {
-        None => writeln!(out, "all nodes fit for Redlock ({counts})"),
+        None => writeln!(out, "all nodes fit for {} ({counts})", summary.store),
         Some(Level::Warning) => writeln!(out, "usable with warnings ({counts})"),
         Some(Level::Error) => writeln!(out, "not usable as configured ({counts})"),
     };

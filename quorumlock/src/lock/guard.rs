@@ -158,7 +158,8 @@ impl Guard {
     }
 
     /// The fencing token agreed at acquisition, when the lock was taken with
-    /// [`crate::LockOptions::fenced`]: larger than the token of every earlier
+    /// [`crate::LockOptions::fenced`] (on etcd always: the revision at which
+    /// the lock was seen ours): larger than the token of every earlier
     /// holder of these resources. Pass it to the protected resource (e.g.
     /// [`crate::FencedWrite`]) so that it can refuse a stale holder.
     pub fn fence_token(&self) -> Option<u64> {

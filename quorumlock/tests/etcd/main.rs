@@ -1,8 +1,10 @@
 //! The etcd backend against real etcd members started by the test kit: the
 //! lock's API (basics), mutual exclusion under member failures (chaos), and
-//! sharing locks with `etcdctl lock` (interop).
+//! sharing locks with `etcdctl lock` (interop), and the blocking client.
 
 mod basics;
+#[cfg(feature = "blocking")]
+mod blocking;
 mod chaos;
 mod interop;
 
