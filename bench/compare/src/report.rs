@@ -12,7 +12,7 @@ use crate::network::{self, Network};
 use crate::rounds::{self, Series};
 use crate::stats::{fmt_ratio, fmt_us, median_ratio};
 use crate::targets::{self, Target, push_max};
-use crate::{Results, Settings, single};
+use crate::{Results, Settings, etcd, single};
 
 pub fn render(machine: &Machine, settings: &Settings, results: &Results) -> (String, Vec<Target>) {
     let mut md = String::new();
@@ -43,6 +43,7 @@ fn machine_table(md: &mut String, m: &Machine, s: &Settings) {
     let _ = writeln!(md, "| CPU model | {} |", m.cpu_model);
     let _ = writeln!(md, "| kernel | {} |", m.kernel);
     let _ = writeln!(md, "| redis-server | {} |", m.redis);
+    let _ = writeln!(md, "| etcd | {} |", m.etcd);
     let _ = writeln!(md, "| rustc | {} |", m.rustc);
     for (name, versions) in &m.crates {
         let _ = writeln!(md, "| crate {name} | {versions} |");
@@ -88,6 +89,7 @@ fn single_tables(md: &mut String, series: &[Series], targets: &mut Vec<Target>) 
         }
         let _ = writeln!(md, "{row}");
     }
+    etcd::single_table(md, series);
     let _ = writeln!(
         md,
         "\nRatios of p50, each the median over rounds of the ratio within a round:\n"

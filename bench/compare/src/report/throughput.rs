@@ -6,6 +6,7 @@ use std::fmt::Write;
 
 use crate::Settings;
 use crate::contender::Kind;
+use crate::etcd;
 use crate::stats::{fmt_ratio, median};
 use crate::targets::{Target, push_below, push_min};
 use crate::throughput::{self, Rate};
@@ -15,6 +16,7 @@ pub fn tables(md: &mut String, rates: &[Rate], s: &Settings, targets: &mut Vec<T
     failures(md, rates);
     cpu_table(md, rates);
     ratio_table(md, rates);
+    etcd::throughput_table(md, rates);
     batching_targets(rates, targets);
 }
 
