@@ -1,8 +1,9 @@
 //! (e) contended hand-off: 16 waiters take turns on one resource on 3
 //! nodes (and, as one more setup, on three etcd members), holding it 1 ms
 //! each time. A task that released queues again only after someone else
-//! acquired, so every hand-off goes to a waiter. The fenced setup takes turns as the plain one on one client does, each
-//! acquisition also agreeing on a fencing token.
+//! acquired, so every hand-off goes to a waiter. The fenced setup takes
+//! turns as the plain one on one client does, each acquisition also
+//! agreeing on a fencing token.
 //!
 //! Measured per round: the gap from the holder calling release to the next
 //! holder's lock call returning (the time the resource sits idle), hand-offs

@@ -13,9 +13,9 @@
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
 //! black-holed; (e) contended hand-off; (f) fenced vs plain (in
 //! the rounds of (a)). Scenarios (a), (b) and (e) also run quorumlock on
-//! etcd (in the N=5 rounds of (a) and (b)). Rounds alternate between contenders so that the noise
-//! of a shared machine hits all alike; tables give medians over rounds and
-//! ratios computed within rounds.
+//! etcd (in the N=5 rounds of (a) and (b)). Rounds alternate between
+//! contenders so that the noise of a shared machine hits all alike; tables
+//! give medians over rounds and ratios computed within rounds.
 
 mod contender;
 mod cpu;

@@ -1,6 +1,7 @@
 //! The markdown tables of a run, one section per scenario, and the
 //! targets checked against their figures (see [`crate::targets`]).
 
+mod etcd;
 mod handoff;
 mod throughput;
 
@@ -12,7 +13,7 @@ use crate::network::{self, Network};
 use crate::rounds::{self, Series};
 use crate::stats::{fmt_ratio, fmt_us, median_ratio};
 use crate::targets::{self, Target, push_max};
-use crate::{Results, Settings, etcd, single};
+use crate::{Results, Settings, single};
 
 pub fn render(machine: &Machine, settings: &Settings, results: &Results) -> (String, Vec<Target>) {
     let mut md = String::new();

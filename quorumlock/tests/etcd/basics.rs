@@ -88,25 +88,14 @@ async fn a_waiter_whose_key_vanished_takes_its_place_again_before_it_holds() {
         cluster.keys("till/").len() == 2
     })
     .await;
-    let waiter_key = cluster
-        .keys("till/")
-        .into_iter()
-        .find(|k| !holder_key.contains(k))
-        .unwrap();
+    let waiter_key = cluster.keys("till/").into_iter().find(|k| !holder_key.contains(k)).unwrap();
     cluster.etcdctl(&["del", &waiter_key]).unwrap();
     first.release().await.unwrap();
     let second = waiting.await.unwrap();
     // `second` says it holds the lock: then nobody else may take it.
     assert!(second.is_held());
-    assert!(
-        c.try_lock("till", TTL).await.unwrap().is_none(),
-        "two holders at once"
-    );
-    assert_eq!(
-        cluster.keys("till/").len(),
-        1,
-        "the waiter holds with a key of its own"
-    );
+    assert!(c.try_lock("till", TTL).await.unwrap().is_none(), "two holders at once");
+    assert_eq!(cluster.keys("till/").len(), 1, "the waiter holds with a key of its own");
     second.release().await.unwrap();
 }
 

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
+use super::etcd;
 use crate::Settings;
-use crate::etcd;
 use crate::handoff::{self, Round, Setup};
 use crate::stats::{fmt_us, median};
 use crate::targets::{Target, push_max, push_min};

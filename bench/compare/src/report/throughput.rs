@@ -4,9 +4,9 @@
 
 use std::fmt::Write;
 
+use super::etcd;
 use crate::Settings;
 use crate::contender::Kind;
-use crate::etcd;
 use crate::stats::{fmt_ratio, median};
 use crate::targets::{Target, push_below, push_min};
 use crate::throughput::{self, Rate};
