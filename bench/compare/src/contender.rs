@@ -11,6 +11,8 @@
 //!   (the shape of redlock, without its new connection per command).
 //! - quorumlock: `try_lock` + `release` with the default settings
 //!   (auto-renewal on), plain or fenced.
+//! - quorumlock on etcd: the same `try_lock` + `release`, through a client
+//!   on the `etcd://` URL of a three-member cluster (see [`crate::etcd`]).
 //! - rslock: `LockManager::lock` + `unlock` (concurrent fan-out, waits for
 //!   every node).
 //! - redlock: `RedLock::lock` + `unlock` (synchronous, sequential, a new
@@ -43,6 +45,7 @@ pub enum Kind {
     Fenced,
     Rslock,
     Redlock,
+    Etcd,
 }
 
 impl Kind {
@@ -56,6 +59,7 @@ impl Kind {
             "fenced" => Kind::Fenced,
             "rslock" => Kind::Rslock,
             "redlock" => Kind::Redlock,
+            "etcd" => Kind::Etcd,
             _ => return None,
         })
     }
@@ -75,6 +79,7 @@ impl Kind {
             Kind::Fenced => "quorumlock fenced",
             Kind::Rslock => "rslock 0.10",
             Kind::Redlock => "redlock 2.0",
+            Kind::Etcd => "quorumlock on etcd (3 members)",
         }
     }
 }
@@ -93,7 +98,8 @@ impl Contender {
     pub async fn connect(kind: Kind, urls: &[String], warm: bool) -> Contender {
         let contender = match kind {
             Kind::Raw | Kind::RawAll | Kind::RawSeq => Contender::Raw(Raw::connect(kind, urls).await),
-            Kind::Ours | Kind::Fenced => {
+            // `urls` is one etcd:// URL for etcd: the builder tells the stores apart.
+            Kind::Ours | Kind::Fenced | Kind::Etcd => {
                 let redlock = quorumlock::Redlock::builder()
                     .nodes(urls.iter().cloned())
                     .build()

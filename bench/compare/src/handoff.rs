@@ -1,8 +1,9 @@
 //! (e) contended hand-off: 16 waiters take turns on one resource on 3
-//! nodes, holding it 1 ms each time. A task that released queues again only
-//! after someone else acquired, so every hand-off goes to a waiter. The
-//! fenced setup takes turns as the plain one on one client does, each
-//! acquisition also agreeing on a fencing token.
+//! nodes (and, as one more setup, on three etcd members), holding it 1 ms
+//! each time. A task that released queues again only after someone else
+//! acquired, so every hand-off goes to a waiter. The fenced setup takes
+//! turns as the plain one on one client does, each acquisition also
+//! agreeing on a fencing token.
 //!
 //! Measured per round: the gap from the holder calling release to the next
 //! holder's lock call returning (the time the resource sits idle), hand-offs
@@ -19,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::contender::TTL;
 use crate::cpu;
+use crate::etcd::Etcd;
 use crate::nodes::Nodes;
 use crate::stats;
 
@@ -44,9 +46,13 @@ pub enum Setup {
     /// rslock's `acquire` (polling with its default retry delay), one lock
     /// manager per task.
     Rslock,
+    /// quorumlock on a three-member etcd cluster, 16 tasks sharing one
+    /// client: `lock` waits in etcd's queue, woken by a watch.
+    Etcd,
 }
 
 impl Setup {
+    /// The setups on the Redis nodes.
     pub const ALL: [Setup; 4] = [
         Setup::OursShared,
         Setup::OursPerTask,
@@ -60,7 +66,14 @@ impl Setup {
             Setup::OursPerTask => "quorumlock, 16 clients",
             Setup::OursFenced => "quorumlock fenced, 16 tasks on one client",
             Setup::Rslock => "rslock 0.10 (polling), 16 managers",
+            Setup::Etcd => "quorumlock on etcd (3 members), 16 tasks on one client",
         }
+    }
+
+    /// Whether its waiters talk to the Redis nodes (whose commands a round
+    /// counts).
+    pub fn on_redis(self) -> bool {
+        self != Setup::Etcd
     }
 }
 
@@ -116,8 +129,45 @@ impl Round {
     }
 }
 
-/// Every setup's rounds, in the order of [`Setup::ALL`].
-pub async fn run(nodes: &Nodes, rounds: usize, target: usize, warmup: usize) -> Vec<(Setup, Vec<Round>)> {
+/// Every setup's rounds, in the order of [`Setup::ALL`], then the etcd
+/// setup's if `etcd` is given.
+pub async fn run(
+    nodes: &Nodes,
+    rounds: usize,
+    target: usize,
+    warmup: usize,
+    etcd: Option<&Etcd>,
+) -> Vec<(Setup, Vec<Round>)> {
+    let setups: Vec<Setup> = Setup::ALL.into_iter().chain(etcd.map(|_| Setup::Etcd)).collect();
+    let waiters = waiters(nodes, &setups, etcd);
+    // Connections, subscriptions and script caches first.
+    for (i, setup) in setups.iter().enumerate() {
+        take_turns(nodes, &waiters[i], &format!("e:warmup:{setup:?}"), warmup).await;
+    }
+    let mut results: Vec<Vec<Round>> = setups.iter().map(|_| Vec::new()).collect();
+    for r in 0..rounds {
+        for j in 0..setups.len() {
+            let i = (j + r) % setups.len();
+            let round = take_turns(nodes, &waiters[i], &format!("e:{:?}:{r}", setups[i]), target).await;
+            results[i].push(round);
+        }
+    }
+    // Requests (commands clients sent, not those inside scripts): counted
+    // with MONITOR in one more round per setup, which is not timed.
+    for (i, setup) in setups.iter().enumerate().filter(|(_, s)| s.on_redis()) {
+        let monitor = nodes.monitor(N);
+        let counted = take_turns(nodes, &waiters[i], &format!("e:{setup:?}:counted"), target).await;
+        let per_handoff = monitor.finish() as f64 / counted.handoffs as f64;
+        for round in &mut results[i] {
+            round.requests_per_handoff = per_handoff;
+        }
+    }
+    eprintln!("  (e) done");
+    setups.into_iter().zip(results).collect()
+}
+
+/// The waiters of every setup, in the order of `setups`.
+fn waiters(nodes: &Nodes, setups: &[Setup], etcd: Option<&Etcd>) -> Vec<Vec<Waiter>> {
     let urls = nodes.direct(N);
     let build = || {
         quorumlock::Redlock::builder()
@@ -132,41 +182,22 @@ pub async fn run(nodes: &Nodes, rounds: usize, target: usize, warmup: usize) -> 
             .with_options(redlock.options().fenced(true))
             .expect("fenced options")
     };
+    let on_etcd = etcd.map(Etcd::client);
     let mut waiters: Vec<Vec<Waiter>> = Vec::new();
-    for setup in Setup::ALL {
+    for setup in setups {
+        let ours =
+            |client: &quorumlock::Redlock| (0..WAITERS).map(|_| Waiter::Ours(client.clone())).collect();
         waiters.push(match setup {
-            Setup::OursShared => (0..WAITERS).map(|_| Waiter::Ours(shared.clone())).collect(),
+            Setup::OursShared => ours(&shared),
             Setup::OursPerTask => (0..WAITERS).map(|_| Waiter::Ours(build())).collect(),
-            Setup::OursFenced => (0..WAITERS).map(|_| Waiter::Ours(fenced.clone())).collect(),
+            Setup::OursFenced => ours(&fenced),
             Setup::Rslock => (0..WAITERS)
                 .map(|_| Waiter::Rslock(rslock::LockManager::new(urls.clone())))
                 .collect(),
+            Setup::Etcd => ours(on_etcd.as_ref().expect("the etcd setup runs with a cluster")),
         });
     }
-    // Connections, subscriptions and script caches first.
-    for (i, setup) in Setup::ALL.iter().enumerate() {
-        take_turns(nodes, &waiters[i], &format!("e:warmup:{setup:?}"), warmup).await;
-    }
-    let mut results: Vec<Vec<Round>> = Setup::ALL.iter().map(|_| Vec::new()).collect();
-    for r in 0..rounds {
-        for j in 0..Setup::ALL.len() {
-            let i = (j + r) % Setup::ALL.len();
-            let round = take_turns(nodes, &waiters[i], &format!("e:{:?}:{r}", Setup::ALL[i]), target).await;
-            results[i].push(round);
-        }
-    }
-    // Requests (commands clients sent, not those inside scripts): counted
-    // with MONITOR in one more round per setup, which is not timed.
-    for (i, setup) in Setup::ALL.iter().enumerate() {
-        let monitor = nodes.monitor(N);
-        let counted = take_turns(nodes, &waiters[i], &format!("e:{setup:?}:counted"), target).await;
-        let per_handoff = monitor.finish() as f64 / counted.handoffs as f64;
-        for round in &mut results[i] {
-            round.requests_per_handoff = per_handoff;
-        }
-    }
-    eprintln!("  (e) done");
-    Setup::ALL.into_iter().zip(results).collect()
+    waiters
 }
 
 #[derive(Default)]

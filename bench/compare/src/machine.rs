@@ -9,6 +9,8 @@ pub struct Machine {
     pub cpu_model: String,
     pub kernel: String,
     pub redis: String,
+    /// `etcd --version`, its first line.
+    pub etcd: String,
     pub rustc: String,
     /// `YYYY-MM-DD HH:MM UTC`.
     pub date: String,
@@ -40,6 +42,12 @@ impl Machine {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map_or_else(|_| "unknown".into(), |k| k.trim().to_owned()),
             redis: output("redis-server", &["--version"]),
+            etcd: output("etcd", &["--version"])
+                .lines()
+                .next()
+                .map_or("unknown".into(), |l| {
+                    l.trim_start_matches("etcd Version: ").to_owned()
+                }),
             rustc: output("rustc", &["--version"]),
             date: utc_now(),
             command: command.trim_end().to_owned(),

@@ -1,5 +1,6 @@
 //! quorumlock against the raw limit and the peer crates rslock and redlock,
-//! measured in one run on local redis-server nodes that this program starts.
+//! measured in one run on local redis-server nodes that this program starts,
+//! and beside them quorumlock on a local three-member etcd cluster.
 //!
 //! ```text
 //! cargo run -p quorumlock-compare --release            # full run, writes docs/
@@ -11,12 +12,14 @@
 //! (b) 64 and 256 tasks on keys of their own: cycles/s; (c) 1 ms added each
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
 //! black-holed; (e) contended hand-off; (f) fenced vs plain (in
-//! the rounds of (a)). Rounds alternate between contenders so that the noise
-//! of a shared machine hits all alike; tables give medians over rounds and
-//! ratios computed within rounds.
+//! the rounds of (a)). Scenarios (a), (b) and (e) also run quorumlock on
+//! etcd (in the N=5 rounds of (a) and (b)). Rounds alternate between
+//! contenders so that the noise of a shared machine hits all alike; tables
+//! give medians over rounds and ratios computed within rounds.
 
 mod contender;
 mod cpu;
+mod etcd;
 mod handoff;
 mod machine;
 mod network;
@@ -151,7 +154,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f]
-       quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock \
+       quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd \
                           [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
 fn args() -> Args {
@@ -196,10 +199,18 @@ fn args() -> Args {
     }
 }
 
-/// `--loop`: one contender cycling on local nodes, nothing else, so that a
-/// profiler (`perf record -g`) sees only its costs.
+/// `--loop`: one contender cycling on local nodes (or etcd members),
+/// nothing else, so that a profiler (`perf record -g`) sees only its costs.
 fn profile_loop(kind: Kind, args: &Args) {
     let nodes = nodes::Nodes::start(args.nodes);
+    let etcd = (kind == Kind::Etcd).then(etcd::Etcd::start);
+    let urls = etcd
+        .as_ref()
+        .map_or_else(|| nodes.direct(args.nodes), etcd::Etcd::urls);
+    let store_cpu = || {
+        etcd.as_ref()
+            .map_or_else(|| nodes.cpu(args.nodes), etcd::Etcd::cpu)
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -210,9 +221,8 @@ fn profile_loop(kind: Kind, args: &Args) {
     };
     let before = nodes.command_stats(args.nodes);
     let outcome = runtime.block_on(async {
-        let contender =
-            std::sync::Arc::new(contender::Contender::connect(kind, &nodes.direct(args.nodes), true).await);
-        throughput::round(&nodes, args.nodes, &contender, args.tasks, "loop", window).await
+        let contender = std::sync::Arc::new(contender::Contender::connect(kind, &urls, true).await);
+        throughput::round(&store_cpu, &contender, args.tasks, "loop", window).await
     });
     drop(runtime);
     let after = nodes.command_stats(args.nodes);
@@ -262,17 +272,19 @@ fn main() {
         .build()
         .expect("runtime");
     let wants = |c: char| args.only.contains(c);
+    let etcd = (wants('a') || wants('b') || wants('e')).then(etcd::Etcd::start);
     let mut results = Results::default();
     runtime.block_on(async {
         if wants('a') || wants('f') {
             eprintln!("(a, f) one task, uncontended");
-            results.single = Some(single::run(&nodes, settings.single_rounds, settings.single).await);
+            results.single =
+                Some(single::run(&nodes, settings.single_rounds, settings.single, etcd.as_ref()).await);
             nodes.flush();
         }
         if wants('b') {
             eprintln!("(b) throughput");
-            results.throughput =
-                Some(throughput::run(&nodes, settings.throughput_rounds, settings.window).await);
+            let (rounds, window) = (settings.throughput_rounds, settings.window);
+            results.throughput = Some(throughput::run(&nodes, rounds, window, etcd.as_ref()).await);
             nodes.flush();
         }
         if wants('c') || wants('d') {
@@ -288,7 +300,7 @@ fn main() {
                 settings.handoff_target,
                 settings.handoff_warmup,
             );
-            results.handoff = Some(handoff::run(&nodes, rounds, target, warmup).await);
+            results.handoff = Some(handoff::run(&nodes, rounds, target, warmup, etcd.as_ref()).await);
         }
     });
     // Background work of the clients (pending requests, subscriptions) ends
@@ -301,6 +313,7 @@ fn main() {
         .unwrap_or_else(|e| panic!("writing {}: {e}", args.out.display()));
     eprintln!("wrote {}", args.out.join("benchmarks.md").display());
     drop(nodes);
+    drop(etcd);
     if settings.smoke {
         smoke_checks(&results, &targets);
     }
@@ -413,7 +426,7 @@ fn smoke_checks(results: &Results, targets: &[targets::Target]) {
     let checked = |kind: Kind| {
         matches!(
             kind,
-            Kind::Raw | Kind::RawAll | Kind::RawSeq | Kind::Ours | Kind::Fenced
+            Kind::Raw | Kind::RawAll | Kind::RawSeq | Kind::Ours | Kind::Fenced | Kind::Etcd
         )
     };
     let network = results.network.as_ref();

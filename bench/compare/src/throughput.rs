@@ -1,5 +1,6 @@
 //! (b) many tasks, each on keys of its own, cycling lock+unlock for a
-//! window: cycles per second, at N = 1, 3, 5.
+//! window: cycles per second, at N = 1, 3, 5, and quorumlock on etcd with
+//! 64 tasks in the N=5 rounds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +10,7 @@ use tokio::time::Instant;
 
 use crate::contender::{self, Contender, Kind};
 use crate::cpu;
+use crate::etcd::{self, Etcd};
 use crate::nodes::Nodes;
 use crate::stats;
 
@@ -55,7 +57,9 @@ impl Rate {
     }
 }
 
-pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
+/// Every contender at every N, and the etcd contender, if given, in the
+/// rounds of N = [`etcd::BESIDE`].
+pub async fn run(nodes: &Nodes, rounds: usize, window: Window, etcd: Option<&Etcd>) -> Vec<Rate> {
     let mut rates = Vec::new();
     for n in NS {
         let urls = nodes.direct(n);
@@ -66,11 +70,19 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
                 entries.push((kind, tasks, contender));
             }
         }
+        if let Some(etcd) = etcd.filter(|_| n == etcd::BESIDE) {
+            entries.push((Kind::Etcd, etcd::TASKS, Arc::new(etcd.contender().await)));
+        }
+        // The store whose processes' CPU time a round counts.
+        let store_cpu = |kind: Kind| match (kind, etcd) {
+            (Kind::Etcd, Some(etcd)) => etcd.cpu(),
+            _ => nodes.cpu(n),
+        };
         let mut results: Vec<Rate> = entries
             .iter()
             .map(|(kind, tasks, _)| Rate {
                 kind: *kind,
-                n,
+                n: if *kind == Kind::Etcd { etcd::MEMBERS } else { n },
                 tasks: *tasks,
                 rounds: Vec::new(),
                 client_us: Vec::new(),
@@ -84,7 +96,8 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Rate> {
                 let i = (j + r) % entries.len();
                 let (kind, tasks, contender) = &entries[i];
                 let prefix = format!("b:{n}:{kind:?}:{tasks}:{r}");
-                let outcome = round(nodes, n, contender, *tasks, &prefix, window).await;
+                let store = || store_cpu(*kind);
+                let outcome = round(&store, contender, *tasks, &prefix, window).await;
                 let result = &mut results[i];
                 result.rounds.push(outcome.rate);
                 result.client_us.push(outcome.client_us);
@@ -107,17 +120,17 @@ pub struct Outcome {
     /// Cycles per second over the counted window.
     pub rate: f64,
     /// CPU time per cycle over the window (µs): this process (the client),
-    /// and the `n` nodes.
+    /// and the store's processes (nodes or etcd members).
     pub client_us: f64,
     pub server_us: f64,
     pub errors: u64,
     pub first_error: Option<String>,
 }
 
-/// One round: `tasks` loops on the first `n` nodes until the window ends.
+/// One round: `tasks` loops until the window ends; `store_cpu` reads the
+/// CPU time of the store's processes so far.
 pub async fn round(
-    nodes: &Nodes,
-    n: usize,
+    store_cpu: &dyn Fn() -> Duration,
     contender: &Arc<Contender>,
     tasks: usize,
     prefix: &str,
@@ -157,10 +170,10 @@ pub async fn round(
     }
     tokio::time::sleep(window.warm).await;
     let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
-    let (client_before, server_before) = (cpu::this_process(), nodes.cpu(n));
+    let (client_before, server_before) = (cpu::this_process(), store_cpu());
     tokio::time::sleep(window.window).await;
     let (elapsed, after) = (start.elapsed(), done.load(Ordering::Relaxed));
-    let (client, server) = (cpu::this_process() - client_before, nodes.cpu(n) - server_before);
+    let (client, server) = (cpu::this_process() - client_before, store_cpu() - server_before);
     stop.store(true, Ordering::Relaxed);
     for task in spawned {
         task.await.expect("throughput task");

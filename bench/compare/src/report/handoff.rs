@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use super::etcd;
 use crate::Settings;
 use crate::handoff::{self, Round, Setup};
 use crate::stats::{fmt_us, median};
@@ -22,6 +23,9 @@ pub fn table(md: &mut String, results: &[(Setup, Vec<Round>)], s: &Settings, tar
          Client CPU is this \
          process's user + system time (10 ms ticks) over the round.\n"
     );
+    if results.iter().any(|(setup, _)| !setup.on_redis()) {
+        etcd::handoff_note(md);
+    }
     for setup in [Setup::OursShared, Setup::OursPerTask] {
         plain_targets(results, setup, targets);
     }
@@ -73,9 +77,14 @@ fn row(md: &mut String, setup: Setup, rounds: &[Round]) {
         rounds.iter().map(|r| r.min_max.1).max().unwrap_or(0),
     );
     let errors: usize = rounds.iter().map(|r| r.errors).sum();
+    // Requests and commands are counted on the Redis nodes.
+    let count = |f: fn(&Round) -> f64| match setup.on_redis() {
+        true => format!("{:.1}", med(rounds, |r| Some(f(r))).unwrap_or(0.0)),
+        false => "-".into(),
+    };
     let _ = writeln!(
         md,
-        "| {}{} | {} | {} | {:.0} | {:.1} | {:.1} | {} | {lo}-{hi} |",
+        "| {}{} | {} | {} | {:.0} | {} | {} | {} | {lo}-{hi} |",
         setup.label(),
         if errors > 0 {
             format!(" ({errors} failed waits)")
@@ -85,8 +94,8 @@ fn row(md: &mut String, setup: Setup, rounds: &[Round]) {
         fmt_us(med(rounds, Round::gap_p50)),
         fmt_us(med(rounds, Round::gap_p99)),
         med(rounds, |r| Some(r.rate())).unwrap_or(0.0),
-        med(rounds, |r| Some(r.requests_per_handoff())).unwrap_or(0.0),
-        med(rounds, |r| Some(r.commands_per_handoff())).unwrap_or(0.0),
+        count(Round::requests_per_handoff),
+        count(Round::commands_per_handoff),
         fmt_us(med(rounds, |r| Some(r.cpu_per_handoff_us()))),
     );
 }
