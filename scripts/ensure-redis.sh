@@ -8,15 +8,8 @@ missing=""
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
 command -v sqlite3 >/dev/null 2>&1 || missing="$missing sqlite3"
 if [ -n "$missing" ]; then
-  echo "not found:$missing; installing Debian's packages..." >&2
-  if command -v apt-get >/dev/null 2>&1; then
-    if [ "$(id -u)" = 0 ]; then sudo=""; else sudo="sudo"; fi
-    $sudo apt-get update -qq
-    # shellcheck disable=SC2086 # one word per package
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq $missing >/dev/null
-  else
-    echo "error: no apt-get here; install$missing yourself (e.g. 'brew install redis sqlite' or 'dnf install redis sqlite')" >&2
-    exit 1
-  fi
+  source "$(dirname "${BASH_SOURCE[0]}")/install-packages.sh"
+  # shellcheck disable=SC2086 # one word per package
+  install_packages "brew install redis sqlite' or 'dnf install redis sqlite" $missing
 fi
 redis-server --version

@@ -14,10 +14,11 @@ copies=${2:-2}
 dir=${STRESS_DIR:-$(mktemp -d -t quorumlock-stress.XXXXXX)}
 mkdir -p "$dir"
 source scripts/ensure-redis.sh
+source scripts/ensure-etcd.sh
 # Every integration test binary: package-target and path, from cargo's
 # build messages (two packages may have a test target of the same name).
 mapfile -t binaries < <(
-  cargo test --no-run --message-format=json 2>/dev/null | python3 -c '
+  cargo test --no-run --features quorumlock/etcd,quorumlock-cli/etcd --message-format=json 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try:

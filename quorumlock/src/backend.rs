@@ -54,15 +54,7 @@ impl Backend {
                 attempt(shared, options, resources, ttl, kind).await
             }
             #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => {
-                let taken = etcd::acquire(store, options, resources, ttl, false).await?;
-                Ok(Guard::etcd(
-                    store,
-                    taken,
-                    options.auto_renew,
-                    options.min_validity,
-                ))
-            }
+            Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, false).await,
         }
     }
 
@@ -76,15 +68,7 @@ impl Backend {
         match self {
             Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => {
-                let taken = etcd::acquire(store, options, resources, ttl, true).await?;
-                Ok(Guard::etcd(
-                    store,
-                    taken,
-                    options.auto_renew,
-                    options.min_validity,
-                ))
-            }
+            Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
         }
     }
 
@@ -131,6 +115,24 @@ impl Backend {
             )),
         }
     }
+}
+
+/// A guard on etcd: the lock taken once, or `waiting` in line.
+#[cfg(feature = "etcd")]
+async fn etcd_guard(
+    store: &Arc<etcd::Store>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+    waiting: bool,
+) -> Result<Guard> {
+    let taken = etcd::acquire(store, options, resources, ttl, waiting).await?;
+    Ok(Guard::etcd(
+        store,
+        taken,
+        options.auto_renew,
+        options.min_validity,
+    ))
 }
 
 /// The etcd URL that the node URLs name, if they name one: a single

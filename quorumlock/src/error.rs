@@ -239,6 +239,18 @@ impl Error {
     pub(crate) fn config(setting: Setting, message: impl Into<String>) -> Error {
         Error::Config(ConfigError::new(setting, message))
     }
+
+    /// [`Error::Unreachable`] for a store that counts as one member (an etcd
+    /// cluster, a fenced write's data store), which failed with `kind`.
+    pub(crate) fn unreachable_store(node: String, kind: NodeErrorKind) -> Error {
+        Error::Unreachable {
+            succeeded: 0,
+            refused: 0,
+            quorum: 1,
+            nodes: 1,
+            errors: vec![NodeError { node, kind }],
+        }
+    }
 }
 
 /// What is wrong with a setting or an input: which one ([`Setting`]), and a

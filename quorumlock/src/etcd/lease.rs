@@ -25,6 +25,14 @@ pub(crate) struct Owned {
     pub(crate) revision: i64,
 }
 
+/// The compares that hold while every key of `owned` exists as created.
+pub(crate) fn all_present(owned: &[Owned]) -> Vec<Compare> {
+    owned
+        .iter()
+        .map(|o| Compare::create_revision(o.key.as_str(), CompareOp::Equal, o.revision))
+        .collect()
+}
+
 /// The keys of one lock and the lease they are attached to (a new one
 /// after an extend or a keep until the minimum hold).
 #[derive(Debug)]
@@ -47,10 +55,7 @@ impl Keys {
 
     /// Every key still exists as we created it.
     pub(crate) fn all_present(&self) -> Vec<Compare> {
-        self.owned
-            .iter()
-            .map(|o| Compare::create_revision(o.key.as_str(), CompareOp::Equal, o.revision))
-            .collect()
+        all_present(&self.owned)
     }
 }
 

@@ -46,7 +46,7 @@ pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
 use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
-use crate::error::{Error, NodeError, NodeErrorKind, Result, Setting};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;
 use crate::lock::resources::Resources;
 use crate::lock::state::Held;
@@ -156,16 +156,7 @@ impl Store {
 
     /// The cluster failed: one member of one in the error's terms.
     pub(crate) fn unreachable(&self, kind: NodeErrorKind) -> Error {
-        Error::Unreachable {
-            succeeded: 0,
-            refused: 0,
-            quorum: 1,
-            nodes: 1,
-            errors: vec![NodeError {
-                node: self.url.redacted(),
-                kind,
-            }],
-        }
+        Error::unreachable_store(self.url.redacted(), kind)
     }
 
     /// Another owner holds the lock.

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::Store;
 use super::keeper::{Keeper, KeptAlive};
-use super::lease::{Keys, Owned, revoke_in_background};
+use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::config::{ETCD_RENEW_RETRY, RENEW_DIVISOR};
 use crate::error::{Error, NodeErrorKind, Result};
 use crate::lock::resources::Resources;
@@ -341,10 +341,7 @@ fn first_created(gets: &[Vec<i64>], i: usize) -> Option<i64> {
 /// After a wait: every key of ours still exists with its revision and is
 /// the oldest of its line. Returns the revision at which that was read.
 async fn confirm_first(store: &Store, client: &mut Client, owned: &[Owned]) -> Result<i64> {
-    let compares: Vec<Compare> = owned
-        .iter()
-        .map(|o| Compare::create_revision(o.key.as_str(), CompareOp::Equal, o.revision))
-        .collect();
+    let compares = all_present(owned);
     let reads: Vec<TxnOp> = owned
         .iter()
         .map(|o| oldest(&store.resource_prefix(&o.resource)))

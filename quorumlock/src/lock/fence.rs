@@ -34,7 +34,7 @@ use redis::aio::ConnectionLike;
 use tokio::time::Instant;
 
 use crate::config::{FENCE_RETENTION, FENCE_ROUNDS};
-use crate::error::{Error, NodeError, NodeErrorKind, Result, Setting};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::quorum::{Quorum, Until};
 use crate::wire::fence::{self as wire_fence, FencedReply, Propose};
 use crate::wire::keys;
@@ -191,18 +191,8 @@ impl FencedWrite {
     }
 
     async fn run<C: ConnectionLike + Send>(&self, store: &mut C, cmd: redis::Cmd) -> Result<Fenced> {
-        let reply = wire_fence::fenced_reply(store.req_packed_command(&cmd).await).map_err(|e| {
-            Error::Unreachable {
-                succeeded: 0,
-                refused: 0,
-                quorum: 1,
-                nodes: 1,
-                errors: vec![NodeError {
-                    node: "fenced-write store".into(),
-                    kind: NodeErrorKind::Redis(e),
-                }],
-            }
-        })?;
+        let reply = wire_fence::fenced_reply(store.req_packed_command(&cmd).await)
+            .map_err(|e| Error::unreachable_store("fenced-write store".into(), NodeErrorKind::Redis(e)))?;
         let number = |what: &str, text: &str| -> Result<i64> {
             text.parse().map_err(|_| {
                 Error::config(
