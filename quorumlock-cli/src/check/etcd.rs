@@ -40,8 +40,7 @@ pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
         }
     };
     let mut summary = summarize_with(&reports, findings, (size / 2 + 1, args.strict), &ETCD);
-    // A partial list still counts against the whole cluster's majority.
-    summary.nodes = summary.nodes.max(size);
+    summary.unlisted = size.saturating_sub(reports.len());
     if args.json {
         let mut json = output::json(&reports, &summary);
         json["cluster_size"] = probe.cluster_size.into();

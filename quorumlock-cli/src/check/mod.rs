@@ -122,6 +122,8 @@ struct Summary {
     worst: Option<Level>,
     code: u8,
     store: &'static Store,
+    /// Members the etcd cluster has, when more than are listed.
+    unlisted: usize,
 }
 
 /// What is checked: Redis nodes for Redlock, or an etcd cluster's members.
@@ -247,5 +249,6 @@ fn summarize_with(
         worst,
         code,
         store,
+        unlisted: 0,
     }
 }

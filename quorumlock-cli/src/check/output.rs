@@ -38,8 +38,12 @@ pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> S
     for finding in &summary.findings {
         let _ = writeln!(out, "{}: {}", label(finding.level), finding.message);
     }
+    let unlisted = match summary.unlisted {
+        0 => String::new(),
+        n => format!(", {n} more not listed"),
+    };
     let counts = format!(
-        "{} of {} {} usable, majority {}",
+        "{} of {} {} usable{unlisted}, majority {}",
         summary.usable, summary.nodes, summary.store.unit, summary.majority
     );
     let _ = match summary.worst {
