@@ -35,9 +35,11 @@ const SHARED_READ: u32 = 0o044;
 #[derive(clap::Args, Clone)]
 pub(crate) struct Nodes {
     /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS;
-    /// or one etcd cluster: etcd://host:port,host:port,...[/prefix] (a build with the `etcd`
-    /// feature) [default: $QUORUMLOCK_NODES]. Every user of the machine sees --nodes in `ps` while
-    /// quorumlock runs: give URLs with a password through QUORUMLOCK_NODES or --nodes-file instead
+    /// or one etcd cluster, its members comma separated in one URL:
+    /// etcd://[user:password@]h1:2379,h2:2379,h3:2379[/prefix], etcds:// for TLS (a build with
+    /// the `etcd` feature) [default: $QUORUMLOCK_NODES]. Every user of the machine sees --nodes in
+    /// `ps` while quorumlock runs: give URLs with a password through QUORUMLOCK_NODES or
+    /// --nodes-file instead
     #[arg(
         long = "nodes",
         value_delimiter = ',',
@@ -118,11 +120,23 @@ impl Nodes {
             if !url.contains("://") {
                 return Err(format!(
                     "bad node URL: node {} of {} from {source} is not a URL like \
-                     redis://[user:password@]host:port[/db] (it is not shown: it may hold a password)",
+                     redis://[user:password@]host:port[/db] (host:port items belong to an etcd:// URL \
+                     before them; it is not shown: it may hold a password)",
                     i + 1,
                     urls.len()
                 ));
             }
+        }
+        if !cfg!(feature = "etcd")
+            && let Some(url) = urls.iter().find(|u| is_etcd(u))
+        {
+            // The library's own error names its cargo feature; the binary's
+            // user needs to know which build to install.
+            return Err(format!(
+                "{}: etcd:// nodes need quorumlock built with the `etcd` feature \
+                 (cargo install quorumlock-cli --features etcd; building it needs protoc)",
+                redact_url(url)
+            ));
         }
         if source == "--nodes" && urls.iter().any(|u| has_password(u)) {
             crate::say!(
@@ -248,18 +262,66 @@ mod tests {
         assert_eq!(split(text), ["redis://a:1", "redis://b:2", "redis://c:3"]);
     }
 
-    #[test]
-    fn an_etcd_url_keeps_its_members_and_a_stray_member_is_still_an_error() {
-        let text = "etcd://a:1,b:2, c:3/locks";
-        assert_eq!(split(text), ["etcd://a:1,b:2,c:3/locks"]);
-        assert_eq!(split("redis://a:1,b:2"), ["redis://a:1", "b:2"]);
-        let stray = Nodes {
-            urls: vec!["redis://a:1".into(), "b:2".into()],
+    /// `--nodes` as clap hands it over: already split at the commas.
+    fn given(urls: &[&str]) -> Nodes {
+        Nodes {
+            urls: urls.iter().map(|&u| u.to_owned()).collect(),
             nodes_file: None,
             tls_ca: None,
             node_timeout: Duration::from_millis(100),
-        };
-        assert!(stray.resolve().is_err());
+        }
+    }
+
+    #[test]
+    fn an_etcd_url_keeps_its_members() {
+        assert_eq!(split("etcd://a:1,b:2, c:3/locks"), ["etcd://a:1,b:2,c:3/locks"]);
+        assert_eq!(split("etcds://u:pw@a:1,b:2"), ["etcds://u:pw@a:1,b:2"]);
+        // A nodes file may give the members one a line.
+        assert_eq!(
+            split("# cluster\netcd://a:1,\nb:2\n# c:3\nc:3\n"),
+            ["etcd://a:1,b:2,c:3"]
+        );
+        // A URL with a scheme is never a member.
+        assert_eq!(
+            split("etcd://a:1,b:2,redis://c:3"),
+            ["etcd://a:1,b:2", "redis://c:3"]
+        );
+        assert_eq!(split("b:2,etcd://a:1"), ["b:2", "etcd://a:1"]);
+    }
+
+    #[test]
+    fn nodes_split_by_clap_are_joined_back_into_one_etcd_url() {
+        let resolved = given(&["etcd://a:1", "b:2", "c:3/locks"]).resolve();
+        if cfg!(feature = "etcd") {
+            assert_eq!(
+                resolved.ok().map(|r| r.urls),
+                Some(vec!["etcd://a:1,b:2,c:3/locks".to_owned()])
+            );
+        } else {
+            let error = resolved.err().expect("refused without the feature");
+            assert!(error.contains("built with the `etcd` feature"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_member_after_a_redis_url_is_still_not_a_url() {
+        assert_eq!(split("redis://a:1,b:2"), ["redis://a:1", "b:2"]);
+        for stray in [&["redis://a:1", "b:2"][..], &["b:2", "etcd://a:1"]] {
+            let error = given(stray).resolve().err().expect("a usage error");
+            assert!(error.contains("is not a URL like"), "{error}");
+            assert!(!error.contains("b:2"), "the item is not shown: {error}");
+        }
+    }
+
+    #[test]
+    fn an_etcd_password_is_never_shown_without_the_feature() {
+        if !cfg!(feature = "etcd") {
+            let error = given(&["etcd://u:s3cret@a:1", "b:2"])
+                .resolve()
+                .err()
+                .expect("refused");
+            assert!(!error.contains("s3cret"), "{error}");
+        }
     }
 
     #[test]

@@ -166,19 +166,7 @@ fn human(inspection: &Inspection) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    let counts = format!("majority {} of {}", inspection.quorum, inspection.nodes.len());
-    let mut out = match &inspection.verdict {
-        Verdict::Held { token, valid_for, .. } => format!(
-            "key {:?}: held by {token:?} for at least {} ({counts})\n",
-            inspection.resource,
-            show(*valid_for)
-        ),
-        Verdict::Free => format!("key {:?}: free ({counts})\n", inspection.resource),
-        _ => format!(
-            "key {:?}: indeterminate: nodes down or disagreeing ({counts})\n",
-            inspection.resource
-        ),
-    };
+    let mut out = headline(inspection);
     let mut line = |cells: &[&str]| {
         let padded: Vec<String> = cells
             .iter()
@@ -194,8 +182,25 @@ fn human(inspection: &Inspection) -> String {
     out
 }
 
+/// The verdict on one key, as a line.
+pub(crate) fn headline(inspection: &Inspection) -> String {
+    let counts = format!("majority {} of {}", inspection.quorum, inspection.nodes.len());
+    match &inspection.verdict {
+        Verdict::Held { token, valid_for, .. } => format!(
+            "key {:?}: held by {token:?} for at least {} ({counts})\n",
+            inspection.resource,
+            show(*valid_for)
+        ),
+        Verdict::Free => format!("key {:?}: free ({counts})\n", inspection.resource),
+        _ => format!(
+            "key {:?}: indeterminate: nodes down or disagreeing ({counts})\n",
+            inspection.resource
+        ),
+    }
+}
+
 /// Every key as one JSON object.
-fn json(inspections: &[Inspection], code: u8) -> Value {
+pub(crate) fn json(inspections: &[Inspection], code: u8) -> Value {
     let keys: Vec<Value> = inspections
         .iter()
         .map(|inspection| {

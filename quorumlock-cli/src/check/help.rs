@@ -11,7 +11,8 @@ const EXAMPLES: &str = "\
 Examples:
   quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 quorumlock check --strict
-  quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json";
+  quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json
+  quorumlock check --nodes etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --key archive:nightly";
 
 /// The width the command lists are wrapped to.
 const WIDTH: usize = 80;
@@ -38,10 +39,21 @@ holds another type than a string (an error: other data uses the name).
 Codes are stable identifiers (e.g. unreachable, auth_failed, missing_permission,
 key_without_ttl, no_persistence); messages are for people and may change.
 
+On an etcd cluster (one etcd:// URL, a build with the `etcd` feature) the rows
+are the members listed in the URL (latency, version, leader or follower), and
+the check grants a lease, writes a throwaway key under it in a transaction and
+revokes it, as the URL's user. Codes: unreachable and no_leader (a member),
+lock_operations (with etcd's message, e.g. permission denied), no_majority
+(fewer than a majority of the cluster's members answer with a leader; members
+not listed are not counted against it), members_missing (a warning: the client
+cannot fail over to members not listed) and even_members (a warning). JSON adds
+cluster_size (members the cluster has, null when unknown) and, with --key,
+keys: the lock's holder as `quorumlock status --json` shows it.
+
 Exit status: 0 when every node is usable (warnings allowed unless --strict),
 1 when a node is unreachable, refuses a command every lock needs, is a replica
-that refuses writes, is listed twice, or holds a --key without a ttl;
-2 on bad usage.";
+that refuses writes, is listed twice, or holds a --key without a ttl (on etcd:
+any error above, one dead member of three included); 2 on bad usage.";
 
 /// The text after the options.
 pub(super) fn text() -> String {

@@ -121,9 +121,28 @@ struct Summary {
     findings: Vec<Finding>,
     worst: Option<Level>,
     code: u8,
-    /// What the nodes are checked for ("Redlock", "an etcd lock").
-    store: &'static str,
+    store: &'static Store,
+    /// Members the etcd cluster has, when more than are listed.
+    unlisted: usize,
 }
+
+/// What is checked: Redis nodes for Redlock, or an etcd cluster's members.
+struct Store {
+    /// What they are checked for ("Redlock").
+    purpose: &'static str,
+    /// What the rows are, in the plural ("nodes").
+    unit: &'static str,
+    /// One row, in a finding about it ("node").
+    row: &'static str,
+    columns: &'static [output::Column],
+}
+
+const REDIS: Store = Store {
+    purpose: "Redlock",
+    unit: "nodes",
+    row: "node",
+    columns: output::REDIS_COLUMNS,
+};
 
 pub(crate) async fn run(args: Args) -> ExitCode {
     let resolved = args
@@ -141,12 +160,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         && crate::nodes::is_etcd(url)
     {
         #[cfg(feature = "etcd")]
-        return etcd::run(url, &args).await;
-        #[cfg(not(feature = "etcd"))]
-        return fail(
-            Exit::Usage,
-            "etcd:// nodes need a quorumlock built with the `etcd` feature",
-        );
+        return etcd::run(url, &nodes, &args).await;
     }
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
     let probes = nodes
@@ -205,7 +219,7 @@ fn summarize(reports: &[Report], strict: bool) -> Summary {
             ),
         });
     }
-    summarize_with(reports, findings, (majority, strict), "Redlock")
+    summarize_with(reports, findings, (majority, strict), &REDIS)
 }
 
 /// The verdict over `reports` and the `findings` about them all, for a
@@ -214,7 +228,7 @@ fn summarize_with(
     reports: &[Report],
     findings: Vec<Finding>,
     (majority, strict): (usize, bool),
-    store: &'static str,
+    store: &'static Store,
 ) -> Summary {
     let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
     let worst = reports
@@ -235,5 +249,6 @@ fn summarize_with(
         worst,
         code,
         store,
+        unlisted: 0,
     }
 }

@@ -10,7 +10,7 @@ use super::{Finding, Level, Report, Summary};
 
 /// The table, each key's state per node, every finding and the verdict.
 pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> String {
-    let mut out = table(reports);
+    let mut out = table(reports, summary.store.columns);
     for key in keys {
         let states: Vec<String> = reports
             .iter()
@@ -26,7 +26,8 @@ pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> S
         for finding in &report.findings {
             let _ = writeln!(
                 out,
-                "node {} ({}): {}: {}",
+                "{} {} ({}): {}: {}",
+                summary.store.row,
                 i + 1,
                 report.name,
                 label(finding.level),
@@ -37,12 +38,20 @@ pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> S
     for finding in &summary.findings {
         let _ = writeln!(out, "{}: {}", label(finding.level), finding.message);
     }
+    let unlisted = match summary.unlisted {
+        0 => String::new(),
+        n => format!(", {n} more not listed"),
+    };
     let counts = format!(
-        "{} of {} nodes usable, majority {}",
-        summary.usable, summary.nodes, summary.majority
+        "{} of {} {} usable{unlisted}, majority {}",
+        summary.usable, summary.nodes, summary.store.unit, summary.majority
     );
     let _ = match summary.worst {
-        None => writeln!(out, "all nodes fit for {} ({counts})", summary.store),
+        None => writeln!(
+            out,
+            "all {} fit for {} ({counts})",
+            summary.store.unit, summary.store.purpose
+        ),
         Some(Level::Warning) => writeln!(out, "usable with warnings ({counts})"),
         Some(Level::Error) => writeln!(out, "not usable as configured ({counts})"),
     };
@@ -116,20 +125,88 @@ fn label(level: Level) -> &'static str {
     }
 }
 
-/// The table of all nodes, one row each.
-fn table(reports: &[Report]) -> String {
-    let header = [
-        "#",
-        "node",
-        "ping",
-        "version",
-        "role",
-        "appendonly",
-        "appendfsync",
-        "clock offset",
-        "clock rate",
-        "status",
-    ];
+/// One column of the table: its heading and a row's cell.
+pub(super) struct Column {
+    header: &'static str,
+    cell: fn(&Report) -> String,
+}
+
+/// The columns for Redis nodes.
+pub(super) const REDIS_COLUMNS: &[Column] = &[
+    Column {
+        header: "node",
+        cell: |r| r.name.clone(),
+    },
+    Column {
+        header: "ping",
+        cell: ping,
+    },
+    Column {
+        header: "version",
+        cell: |r| dash(&r.version),
+    },
+    Column {
+        header: "role",
+        cell: |r| dash(&r.role),
+    },
+    Column {
+        header: "appendonly",
+        cell: |r| dash(&r.appendonly),
+    },
+    Column {
+        header: "appendfsync",
+        cell: |r| dash(&r.appendfsync),
+    },
+    Column {
+        header: "clock offset",
+        cell: |r| {
+            r.offset
+                .map_or("-".into(), |(ms, err)| format!("{ms:+.1} ms ±{err:.1}"))
+        },
+    },
+    Column {
+        header: "clock rate",
+        cell: |r| {
+            r.rate
+                .map_or("-".into(), |(rate, err)| format!("{rate:.4}x ±{err:.4}"))
+        },
+    },
+];
+
+/// The columns for the members of an etcd cluster: persistence and clocks
+/// are not the lock's concern there (etcd syncs its log and times leases
+/// on its leader).
+pub(super) const ETCD_COLUMNS: &[Column] = &[
+    Column {
+        header: "member",
+        cell: |r| r.name.clone(),
+    },
+    Column {
+        header: "latency",
+        cell: ping,
+    },
+    Column {
+        header: "version",
+        cell: |r| dash(&r.version),
+    },
+    Column {
+        header: "role",
+        cell: |r| dash(&r.role),
+    },
+];
+
+fn ping(r: &Report) -> String {
+    r.ping
+        .map_or("-".into(), |p| format!("{:.2} ms", p.as_secs_f64() * 1000.0))
+}
+
+/// The table of all nodes, one row each: the row's number, `columns`, its status.
+fn table(reports: &[Report], columns: &[Column]) -> String {
+    let header: Vec<&str> = ["#"]
+        .into_iter()
+        .chain(columns.iter().map(|c| c.header))
+        .chain(["status"])
+        .collect();
     let rows: Vec<Vec<String>> = reports
         .iter()
         .enumerate()
@@ -139,21 +216,11 @@ fn table(reports: &[Report]) -> String {
                 Some(Level::Warning) => format!("{} warning(s)", r.findings.len()),
                 Some(Level::Error) => "ERROR".to_owned(),
             };
-            vec![
-                (i + 1).to_string(),
-                r.name.clone(),
-                r.ping
-                    .map_or("-".into(), |p| format!("{:.2} ms", p.as_secs_f64() * 1000.0)),
-                dash(&r.version),
-                dash(&r.role),
-                dash(&r.appendonly),
-                dash(&r.appendfsync),
-                r.offset
-                    .map_or("-".into(), |(ms, err)| format!("{ms:+.1} ms ±{err:.1}")),
-                r.rate
-                    .map_or("-".into(), |(rate, err)| format!("{rate:.4}x ±{err:.4}")),
-                status,
-            ]
+            [(i + 1).to_string()]
+                .into_iter()
+                .chain(columns.iter().map(|c| (c.cell)(r)))
+                .chain([status])
+                .collect()
         })
         .collect();
     let widths: Vec<usize> = (0..header.len())
