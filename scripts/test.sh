@@ -36,7 +36,7 @@ cargo test -p quorumlock --features blocking --test blocking
 cargo test -p quorumlock --features blocking,etcd --test etcd blocking
 # rediss:// nodes: the library and the binary against a TLS redis-server, with a
 # private CA made by the test.
-cargo test -p quorumlock-cli --features tls --test tls
+cargo test -p quorumlock-cli --features tls,etcd --test tls
 # Examples in their short mode, against local nodes they start; each asserts its outcome.
 for example in cron_guard api_key_pool inventory document_worker; do
   cargo run --quiet -p quorumlock --example "$example" -- --short

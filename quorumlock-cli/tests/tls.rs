@@ -285,3 +285,125 @@ fn quorumlock_check_over_tls_trusts_the_given_ca() {
         "an untrusted certificate makes the node unusable"
     );
 }
+
+/// `etcds://` against a real etcd member serving TLS with a certificate of
+/// the private CA: trusted through the URL's `ca`, refused without it.
+#[cfg(feature = "etcd")]
+mod etcd {
+    use std::process::{Child, Command};
+
+    use super::*;
+
+    /// One etcd member serving its clients over TLS, killed on drop.
+    struct TlsEtcd {
+        child: Child,
+        port: u16,
+        ca: PathBuf,
+        dir: PathBuf,
+    }
+
+    impl Drop for TlsEtcd {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn start() -> TlsEtcd {
+        let dir = scratch("tls-etcd");
+        let (ca, cert, key) = make_certificates(&dir);
+        let (port, peer) = (free_port(), free_port());
+        let client = format!("https://127.0.0.1:{port}");
+        let peer = format!("http://127.0.0.1:{peer}");
+        let child = Command::new("etcd")
+            .args([
+                "--name",
+                "t",
+                "--listen-client-urls",
+                &client,
+                "--advertise-client-urls",
+                &client,
+            ])
+            .args([
+                "--listen-peer-urls",
+                &peer,
+                "--initial-advertise-peer-urls",
+                &peer,
+            ])
+            .args(["--initial-cluster", &format!("t={peer}"), "--logger", "zap"])
+            .arg("--cert-file")
+            .arg(&cert)
+            .arg("--key-file")
+            .arg(&key)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("etcd.log")).unwrap())
+            .spawn()
+            .expect("etcd on PATH");
+        TlsEtcd { child, port, ca, dir }
+    }
+
+    #[test]
+    fn etcds_urls_trust_the_ca_they_name_and_refuse_an_unknown_one() {
+        install_provider();
+        let etcd = start();
+        let ca = etcd.ca.display();
+        let trusted = format!("etcds://127.0.0.1:{}?ca={ca}", etcd.port);
+        let untrusted = format!("etcds://127.0.0.1:{}", etcd.port);
+        runtime().block_on(async {
+            let redlock = Redlock::builder().node(trusted.as_str()).build().unwrap();
+            let ttl = Duration::from_secs(2);
+            // The member may still be starting: its first answers come within seconds.
+            let mut guard = None;
+            for _ in 0..100 {
+                if let Ok(Some(taken)) = redlock.try_lock("tls", ttl).await {
+                    guard = Some(taken);
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let guard = guard.expect("a lock over TLS");
+            assert!(guard.fence_token().is_some());
+            guard.release().await.unwrap();
+            let stranger = Redlock::builder().node(untrusted.as_str()).build().unwrap();
+            match stranger.try_lock("tls", ttl).await {
+                Err(Error::Unreachable { .. }) => {}
+                other => panic!("a server of an unknown CA was trusted: {other:?}"),
+            }
+        });
+        let mut run = QUORUMLOCK
+            .command(&[])
+            .args(["run", "--nodes", &trusted, "--key", "tls-cli", "--", "true"])
+            .spawn()
+            .unwrap();
+        let status = wait_child(&mut run, PROCESS_LIMIT);
+        assert_eq!(status.code(), Some(0));
+        let missing = QUORUMLOCK
+            .command(&[])
+            .args([
+                "run",
+                "--nodes",
+                "etcds://127.0.0.1:1?ca=/nonexistent/ca.pem",
+                "--",
+                "true",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(
+            missing.status.code(),
+            Some(exit::USAGE),
+            "{}",
+            String::from_utf8_lossy(&missing.stderr)
+        );
+    }
+}

@@ -141,7 +141,10 @@ impl RedlockBuilder {
     ///
     /// Or, with the `etcd` feature, a whole etcd cluster as the only node:
     /// `etcd://[user:password@]host:port[,host:port...][/prefix]` (`etcds://`
-    /// with `tls`). Its locks are then taken as etcd's own
+    /// with `tls`, trusting the system's roots, or the CA of
+    /// `?ca=/path/ca.pem`, and showing the client certificate of
+    /// `&cert=/path/client.pem&key=/path/client.key` where the members ask
+    /// for one). Its locks are then taken as etcd's own
     /// `concurrency.Mutex` takes them, under one lease per lock; the
     /// cluster's Raft quorum replaces the Redlock majority. The URL may
     /// also come split at its commas (`["etcd://h1:2379", "h2:2379"]`).
@@ -416,7 +419,9 @@ impl RedlockBuilder {
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
         };
-        let store = etcd::Store::new(etcd::EtcdUrl::parse(url)?, timing, Arc::clone(tasks));
+        let url = etcd::EtcdUrl::parse(url)?;
+        url.check_files()?;
+        let store = etcd::Store::new(url, timing, Arc::clone(tasks));
         Ok(Backend::Etcd(Arc::new(store)))
     }
 

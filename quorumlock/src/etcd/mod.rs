@@ -259,14 +259,30 @@ impl Store {
     }
 }
 
-/// `etcds://` trusts the system's root certificates.
+/// `etcds://` trusts the system's root certificates, or the URL's `ca`;
+/// with `cert` and `key` it shows that client certificate.
 #[cfg(feature = "tls")]
 pub(crate) fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
-    Ok(if url.tls {
-        options.with_tls(etcd_client::TlsOptions::new().with_native_roots())
-    } else {
-        options
-    })
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    if !url.tls {
+        return Ok(options);
+    }
+    let read = |path: &str| {
+        std::fs::read(path).map_err(|e| {
+            Error::config(
+                Setting::Nodes,
+                format!("{}: cannot read {path}: {e}", url.redacted()),
+            )
+        })
+    };
+    let mut tls = match &url.ca {
+        Some(ca) => TlsOptions::new().ca_certificate(Certificate::from_pem(read(ca)?)),
+        None => TlsOptions::new().with_native_roots(),
+    };
+    if let Some((cert, key)) = &url.identity {
+        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(options.with_tls(tls))
 }
 
 #[cfg(not(feature = "tls"))]

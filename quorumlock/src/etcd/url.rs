@@ -4,7 +4,7 @@ use std::fmt;
 
 use crate::error::{Error, Result, Setting};
 
-/// A parsed `etcd[s]://[user:password@]host:port[,host:port...][/prefix]`.
+/// A parsed `etcd[s]://[user:password@]host:port[,host:port...][/prefix][?ca=PATH&cert=PATH&key=PATH]`.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct EtcdUrl {
     /// `host:port` of each member given (the client balances over them).
@@ -14,6 +14,11 @@ pub(crate) struct EtcdUrl {
     pub(crate) prefix: String,
     pub(crate) user: Option<(String, String)>,
     pub(crate) tls: bool,
+    /// `etcds://` only: PEM files of the CA to trust instead of the system's
+    /// roots, and of a client certificate and its key (for members that
+    /// require client certificates).
+    pub(crate) ca: Option<String>,
+    pub(crate) identity: Option<(String, String)>,
 }
 
 /// Never shows the password.
@@ -38,6 +43,8 @@ impl EtcdUrl {
             Some(("etcds", rest)) => (true, rest),
             _ => return Err(bad("expected etcd:// or etcds://")),
         };
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (ca, identity) = tls_files(query, tls).map_err(|why| bad(&why))?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (user, hosts) = match authority.rsplit_once('@') {
             Some((credentials, hosts)) => {
@@ -62,6 +69,8 @@ impl EtcdUrl {
             prefix,
             user,
             tls,
+            ca,
+            identity,
         })
     }
 
@@ -84,8 +93,65 @@ impl EtcdUrl {
         } else {
             format!("/{path}")
         };
-        format!("{scheme}://{user}{}{path}", self.members.join(","))
+        let mut files: Vec<String> = self.ca.iter().map(|ca| format!("ca={ca}")).collect();
+        if let Some((cert, key)) = &self.identity {
+            files.extend([format!("cert={cert}"), format!("key={key}")]);
+        }
+        let query = if files.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", files.join("&"))
+        };
+        format!("{scheme}://{user}{}{path}{query}", self.members.join(","))
     }
+
+    /// Makes sure the TLS files named exist and can be read, so that a
+    /// wrong path is a configuration error now rather than a failed
+    /// connection later.
+    pub(crate) fn check_files(&self) -> Result<()> {
+        let identity = self.identity.iter().flat_map(|(cert, key)| [cert, key]);
+        for path in self.ca.iter().chain(identity) {
+            if let Err(e) = std::fs::File::open(path) {
+                return Err(Error::config(
+                    Setting::Nodes,
+                    format!("{}: cannot read {path}: {e}", self.redacted()),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `ca`, `cert` and `key` files of the query: a CA, and a client
+/// certificate with its key (both or neither), for `etcds://` only.
+#[allow(clippy::type_complexity)]
+fn tls_files(
+    query: &str,
+    tls: bool,
+) -> std::result::Result<(Option<String>, Option<(String, String)>), String> {
+    let (mut ca, mut cert, mut key) = (None, None, None);
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let slot = match name {
+            "ca" => &mut ca,
+            "cert" => &mut cert,
+            "key" => &mut key,
+            _ => return Err(format!("unknown parameter {name:?} (known: ca, cert, key)")),
+        };
+        if value.is_empty() {
+            return Err(format!("{name} needs a file path"));
+        }
+        *slot = Some(value.to_owned());
+    }
+    if !tls && (ca.is_some() || cert.is_some()) {
+        return Err("ca, cert and key are for etcds:// (TLS) URLs".into());
+    }
+    let identity = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        _ => return Err("cert and key go together".into()),
+    };
+    Ok((ca, identity))
 }
 
 /// `host:port`, with a port that parses; a missing port is an error rather
@@ -119,6 +185,16 @@ mod tests {
         let plain = EtcdUrl::parse("etcds://h:2379").unwrap();
         assert_eq!((plain.prefix.as_str(), plain.tls), ("", true));
         assert_eq!(plain.endpoints(), ["https://h:2379"]);
+        let files = EtcdUrl::parse("etcds://h:2379/app?ca=/etc/etcd/ca.pem&cert=/c.pem&key=/k.pem").unwrap();
+        assert_eq!(files.ca.as_deref(), Some("/etc/etcd/ca.pem"));
+        assert_eq!(files.identity, Some(("/c.pem".into(), "/k.pem".into())));
+        assert_eq!(files.prefix, "app/");
+        assert_eq!(
+            files.redacted(),
+            "etcds://h:2379/app?ca=/etc/etcd/ca.pem&cert=/c.pem&key=/k.pem"
+        );
+        let message = files.check_files().unwrap_err().to_string();
+        assert!(message.contains("cannot read"), "{message}");
     }
 
     #[test]
@@ -130,6 +206,10 @@ mod tests {
             ("etcd://a:pw@h:1,", "no port"),
             ("redis://h:1", "expected etcd://"),
             ("etcd://:pw@h:1", "user name"),
+            ("etcd://h:1?ca=/x.pem", "etcds://"),
+            ("etcds://h:1?cert=/c.pem", "go together"),
+            ("etcds://h:1?ca=", "needs a file path"),
+            ("etcds://h:1?pem=/x", "unknown parameter"),
         ] {
             let message = EtcdUrl::parse(url).unwrap_err().to_string();
             assert!(message.contains(says), "{url}: {message}");
