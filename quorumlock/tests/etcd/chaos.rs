@@ -18,11 +18,15 @@ use super::{TTL, ms};
 /// Members of the cluster: the smallest that survives a failure.
 const MEMBERS: usize = 3;
 
-/// How long each fault stays: the cluster elects a new leader within one
-/// election timeout (500 ms in the kit) and a lock released during the
-/// election is freed once it serves again, so the lock changes hands
-/// several times while the fault lasts.
-const FAULT_FOR: Duration = Duration::from_millis(2500);
+/// How long each fault stays: twice the ttl. The cluster elects a new
+/// leader within one election timeout (500 ms in the kit), but a lock whose
+/// release was sent into the election stays until the cluster serves again
+/// (its revoke is retried) and at worst until its lease ends, a ttl after
+/// its last keep-alive; and the client must first drop a paused member
+/// (a missed ping). Twice the ttl leaves the lock time to change hands
+/// while the fault is in force, also with two copies of the suite running
+/// on two cores (`scripts/stress-tests.sh`).
+const FAULT_FOR: Duration = Duration::from_secs(4);
 
 async fn run(scenario: &str, faults: &[(EtcdAction, EtcdAction)]) {
     let checker = Checker::new(scenario)
