@@ -11,7 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::server::{hold_port, signal};
+use crate::server::{Paused, hold_port};
 
 /// What to tell a user whose machine has no `etcd` or `etcdctl`.
 pub const ETCD_INSTALL_HINT: &str = "etcd or etcdctl was not found on PATH; install them with \
@@ -170,10 +170,8 @@ impl EtcdCluster {
     /// Freezes member `i` with SIGSTOP until the returned guard is dropped
     /// (SIGCONT). While frozen, connects succeed but requests hang, and
     /// the others stop hearing from it.
-    pub fn pause(&self, i: usize) -> PausedMember {
-        let pid = self.pids()[i].unwrap_or_else(|| panic!("pause: etcd member m{i} is not running"));
-        signal(pid, "STOP");
-        PausedMember { pid }
+    pub fn pause(&self, i: usize) -> Paused {
+        Paused::stop(self.pids()[i].unwrap_or_else(|| panic!("pause: etcd member m{i} is not running")))
     }
 
     /// Whether member `i` has been started and not killed (a paused member
@@ -390,24 +388,6 @@ impl Drop for EtcdCluster {
             self.kill(i);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A frozen etcd member; dropping it sends SIGCONT (also when a test
-/// panics).
-#[derive(Debug)]
-pub struct PausedMember {
-    pid: u32,
-}
-
-impl PausedMember {
-    /// Resumes the member now.
-    pub fn resume(self) {}
-}
-
-impl Drop for PausedMember {
-    fn drop(&mut self) {
-        signal(self.pid, "CONT");
     }
 }
 

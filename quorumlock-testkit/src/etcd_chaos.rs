@@ -4,9 +4,10 @@
 
 use std::fmt;
 
-use crate::etcd::{EtcdCluster, PausedMember};
+use crate::etcd::EtcdCluster;
 use crate::faults::Target;
 use crate::proxy::Proxy;
+use crate::server::Paused;
 
 /// A fault on an [`EtcdTarget`], or its end. "The leader" is the leader
 /// when the action runs, found by asking the members.
@@ -51,7 +52,7 @@ pub struct EtcdTarget {
     /// The members.
     pub cluster: EtcdCluster,
     proxies: Vec<Proxy>,
-    paused: Vec<PausedMember>,
+    paused: Vec<Paused>,
     killed: Vec<usize>,
 }
 

@@ -163,9 +163,7 @@ impl RedisServer {
     /// Freezes the process with SIGSTOP until the returned guard is dropped
     /// (SIGCONT). While frozen, connects succeed but replies hang.
     pub fn pause(&self) -> Paused {
-        let pid = self.pid().expect("pause: server is not running");
-        signal(pid, "STOP");
-        Paused { pid }
+        Paused::stop(self.pid().expect("pause: server is not running"))
     }
 
     /// Starts a replica of `master` (`--replicaof`, no persistence) and waits
@@ -344,13 +342,20 @@ impl Drop for RedisServer {
     }
 }
 
-/// A frozen server; dropping it sends SIGCONT (also when a test panics).
+/// A frozen server process (a redis-server, an etcd member); dropping it
+/// sends SIGCONT (also when a test panics).
 #[derive(Debug)]
 pub struct Paused {
     pid: u32,
 }
 
 impl Paused {
+    /// Freezes process `pid` with SIGSTOP until the guard is dropped.
+    pub(crate) fn stop(pid: u32) -> Paused {
+        signal(pid, "STOP");
+        Paused { pid }
+    }
+
     /// Resumes the server now.
     pub fn resume(self) {}
 }
