@@ -1,10 +1,8 @@
 //! Local ZooKeeper ensembles for tests: N servers (Debian's `zookeeper`
 //! package, 3.8) on free loopback ports, in a temporary directory of their
 //! own, killed and reaped when dropped. Like [`crate::etcd`], everything
-//! here blocks (std only, no runtime). The servers are watched through
-//! ZooKeeper's four-letter words over plain TCP (`srvr`), so no client is
-//! needed for that; [`ZkEnsemble::children`] reads znodes with a python3
-//! `kazoo` call.
+//! blocks (std only). Servers are watched with the four-letter word `srvr`
+//! over plain TCP; [`ZkEnsemble::children`] reads znodes through kazoo.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -27,23 +25,18 @@ pub const ZOOKEEPER_INSTALL_HINT: &str = "ZooKeeper (java and /usr/share/java/zo
 /// line and a failed start leaves an empty log. `slf4j-simple` (from
 /// `libslf4j-java`, which the package depends on) writes to stderr, needs
 /// no configuration file, and logs INFO and above.
-const CLASSPATH: [&str; 2] = ["/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar"];
+const CLASSPATH: &str = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-simple.jar";
 
 /// JVM flags. The heap cap keeps three servers within a small CI machine
 /// (a test ensemble holds a handful of znodes); the serial collector and
 /// the C1-only compiler start faster and use fewer threads than the
-/// defaults, which are tuned for long-running servers.
-const JVM_FLAGS: [&str; 5] = [
-    "-Xmx128m",
-    "-XX:+UseSerialGC",
-    "-XX:TieredStopAtLevel=1",
-    "-Dorg.slf4j.simpleLogger.showDateTime=true",
-    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-];
+/// defaults, which are tuned for long-running servers. Log lines carry
+/// their time, to line a test's steps up with the servers' logs.
+const JVM_FLAGS: &str = "-Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+     -Dorg.slf4j.simpleLogger.showDateTime=true -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS";
 
-/// The server's entry point, the one `zkServer.sh` starts: it runs an
-/// ensemble member, or a standalone server when the configuration names
-/// no other servers.
+/// The server's entry point (`zkServer.sh`'s): an ensemble member, or a
+/// standalone server when the configuration names no other servers.
 const MAIN_CLASS: &str = "org.apache.zookeeper.server.quorum.QuorumPeerMain";
 
 /// ZooKeeper's time unit in milliseconds (its default is 2000). Every
@@ -90,21 +83,8 @@ const KAZOO_TIMEOUT_S: u32 = 10;
 /// ours between finding it free and a server binding it.
 const PORT_ATTEMPTS: usize = 5;
 
-/// Lists the children of `argv[2]` on the ensemble `argv[1]`, one per
-/// line; nothing (and success) when the znode does not exist.
-const CHILDREN_SCRIPT: &str = r#"
-import sys
-from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
-zk = KazooClient(hosts=sys.argv[1], timeout=float(sys.argv[3]))
-zk.start(timeout=float(sys.argv[3]))
-try:
-    print("\n".join(zk.get_children(sys.argv[2])))
-except NoNodeError:
-    pass
-finally:
-    zk.stop()
-"#;
+/// Lists the children of `argv[2]` on the ensemble `argv[1]`, one per line.
+const CHILDREN_SCRIPT: &str = include_str!("zookeeper_children.py");
 
 /// One server of the ensemble.
 #[derive(Debug, Default)]
@@ -212,16 +192,16 @@ impl ZkEnsemble {
     /// not.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
-        self.spawn(i).unwrap_or_else(|e| panic!("ZooKeeper server s{i}: {e}"));
+        self.spawn(i).unwrap_or_else(|e| panic!("ZooKeeper s{i}: {e}"));
         let mut exited = None;
         let rejoined = poll(STARTUP_TIMEOUT, || {
             exited = self.exited(i);
-            let serves = mode(&srvr(self.client_port(i))).is_some();
+            let serves = srvr(self.client_port(i)).as_deref().and_then(mode).is_some();
             (exited.is_some() || serves && self.agreed_leader().is_some()).then_some(())
         });
         if rejoined.is_none() || exited.is_some() {
             let why = exited.map_or("did not rejoin".into(), |e| format!("exited ({e})"));
-            panic!("ZooKeeper server s{i} {why} after a restart; log:\n{}", self.log(i));
+            panic!("ZooKeeper s{i} {why} after a restart; log:\n{}", self.log(i));
         }
     }
 
@@ -291,11 +271,11 @@ impl ZkEnsemble {
             .collect()
     }
 
-    /// An ensemble of `n` servers on fresh ports and a fresh directory
-    /// (each server's data dir with its `myid`), none of them started yet.
+    /// An ensemble of `n` servers on fresh ports and a fresh directory,
+    /// none of them started yet.
     fn fresh(n: usize) -> io::Result<ZkEnsemble> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        if let Some(jar) = CLASSPATH.iter().find(|jar| !Path::new(jar).exists()) {
+        if let Some(jar) = CLASSPATH.split(':').find(|jar| !Path::new(jar).exists()) {
             let message = format!("{jar} is missing; {ZOOKEEPER_INSTALL_HINT}");
             return Err(io::Error::new(io::ErrorKind::NotFound, message));
         }
@@ -315,12 +295,7 @@ impl ZkEnsemble {
                 ..Server::default()
             })
             .collect();
-        let ensemble = ZkEnsemble { dir, servers };
-        for i in 0..n {
-            std::fs::create_dir_all(ensemble.data_dir(i))?;
-            std::fs::write(ensemble.data_dir(i).join("myid"), format!("{}\n", i + 1))?;
-        }
-        Ok(ensemble)
+        Ok(ZkEnsemble { dir, servers })
     }
 
     /// Spawns every server and waits until all of them serve with one
@@ -332,8 +307,7 @@ impl ZkEnsemble {
         let mut exited = None;
         let booted = poll(STARTUP_TIMEOUT, || {
             exited = (0..self.len()).find_map(|i| self.exited(i).map(|e| (i, e)));
-            let modes = self.modes();
-            let all_serve = modes.iter().all(Option::is_some);
+            let all_serve = self.modes().iter().all(Option::is_some);
             (exited.is_some() || all_serve && self.agreed_leader().is_some()).then_some(())
         });
         if booted.is_some() && exited.is_none() {
@@ -347,53 +321,59 @@ impl ZkEnsemble {
             true => io::ErrorKind::AddrInUse,
             false => io::ErrorKind::Other,
         };
-        let message = format!("ZooKeeper ensemble did not start: {why}; modes: {:?}\n{logs}", self.modes());
+        let message = format!(
+            "ZooKeeper ensemble did not start: {why}; modes: {:?}\n{logs}",
+            self.modes()
+        );
         Err(io::Error::new(kind, message))
     }
 
     /// The running leader, if every running server that answers serves
     /// and exactly one of them leads.
     fn agreed_leader(&self) -> Option<usize> {
-        let answers: Vec<(usize, String)> = (0..self.len())
-            .filter(|&i| self.is_running(i))
-            .map(|i| (i, srvr(self.client_port(i))))
-            .filter(|(_, reply)| !reply.is_empty())
+        let replies = self.replies();
+        let answers = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| Some((i, mode(r.as_ref()?))));
+        let modes: Vec<(usize, &str)> = answers.map(|(i, m)| Some((i, m?))).collect::<Option<_>>()?;
+        let leaders: Vec<usize> = modes
+            .iter()
+            .filter(|(_, m)| matches!(*m, "leader" | "standalone"))
+            .map(|(i, _)| *i)
             .collect();
-        let modes: Vec<(usize, &str)> = answers
-            .iter()
-            .map(|(i, reply)| mode(reply).map(|m| (*i, m)))
-            .collect::<Option<_>>()?;
-        let mut leaders = modes
-            .iter()
-            .filter(|(_, m)| matches!(*m, "leader" | "standalone"));
-        match (leaders.next(), leaders.next()) {
-            (Some(&(i, _)), None) => Some(i),
-            _ => None,
-        }
+        (leaders.len() == 1).then(|| leaders[0])
     }
 
     /// What each server's `srvr` says its mode is (`None`: not running, no
     /// answer, or not serving).
     fn modes(&self) -> Vec<Option<String>> {
-        (0..self.len())
-            .map(|i| {
-                let reply = self.is_running(i).then(|| srvr(self.client_port(i)));
-                reply.as_deref().and_then(mode).map(str::to_owned)
-            })
+        let replies = self.replies();
+        replies
+            .iter()
+            .map(|r| mode(r.as_ref()?).map(str::to_owned))
             .collect()
     }
 
-    /// Writes server `i`'s configuration and starts its process (without
-    /// waiting for it).
+    /// Each server's reply to `srvr` (`None`: not running or no answer).
+    fn replies(&self) -> Vec<Option<String>> {
+        (0..self.len())
+            .map(|i| self.is_running(i).then(|| srvr(self.client_port(i))).flatten())
+            .collect()
+    }
+
+    /// Writes server `i`'s configuration and id (ZooKeeper's ids are
+    /// 1-based) and starts its process (without waiting for it).
     fn spawn(&mut self, i: usize) -> io::Result<()> {
+        std::fs::create_dir_all(self.data_dir(i))?;
+        std::fs::write(self.data_dir(i).join("myid"), format!("{}\n", i + 1))?;
         let config_path = self.dir.join(format!("s{i}.cfg"));
         std::fs::write(&config_path, self.config(i))?;
         // Appended, so that a restarted server's log follows its earlier life.
         let log = File::options().append(true).create(true).open(self.log_path(i))?;
         let child = Command::new("java")
-            .args(JVM_FLAGS)
-            .arg("-cp")
-            .arg(CLASSPATH.join(":"))
+            .args(JVM_FLAGS.split_whitespace())
+            .args(["-cp", CLASSPATH])
             .arg(MAIN_CLASS)
             .arg(&config_path)
             // Anything the JVM writes beside its data lands in the ensemble's dir.
@@ -424,8 +404,8 @@ impl ZkEnsemble {
         config.push_str("forceSync=no\n");
         if self.len() > 1 {
             for (j, s) in self.servers.iter().enumerate() {
-                let id = j + 1;
-                config.push_str(&format!("server.{id}=127.0.0.1:{}:{}\n", s.peer_port, s.election_port));
+                let (id, peer, election) = (j + 1, s.peer_port, s.election_port);
+                config.push_str(&format!("server.{id}=127.0.0.1:{peer}:{election}\n"));
             }
         }
         config
@@ -480,21 +460,20 @@ impl Drop for PausedServer {
     }
 }
 
-/// The reply to the four-letter word `srvr` on `port`, or an empty string
-/// when the server does not answer within the probe timeout.
-fn srvr(port: u16) -> String {
+/// The reply to the four-letter word `srvr` on `port`, or `None` when the
+/// server does not answer within the probe timeout.
+fn srvr(port: u16) -> Option<String> {
     let ask = || -> io::Result<String> {
         let address = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
         let mut stream = TcpStream::connect_timeout(&address, PROBE_TIMEOUT)?;
         stream.set_read_timeout(Some(PROBE_TIMEOUT))?;
-        stream.set_write_timeout(Some(PROBE_TIMEOUT))?;
         stream.write_all(b"srvr")?;
         // The server closes the connection after its reply.
         let mut reply = String::new();
         stream.read_to_string(&mut reply)?;
         Ok(reply)
     };
-    ask().unwrap_or_default()
+    ask().ok()
 }
 
 /// The `Mode:` line of a `srvr` reply (`leader`, `follower`,
@@ -502,7 +481,7 @@ fn srvr(port: u16) -> String {
 /// "This ZooKeeper instance is not currently serving requests" while it
 /// looks for a leader or syncs with one).
 fn mode(reply: &str) -> Option<&str> {
-    reply.lines().find_map(|l| l.strip_prefix("Mode: ")).map(str::trim)
+    Some(reply.lines().find_map(|l| l.strip_prefix("Mode: "))?.trim())
 }
 
 /// `e`, or the install hint when the program was not found.
