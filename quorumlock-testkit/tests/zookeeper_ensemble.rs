@@ -1,7 +1,8 @@
 //! The ZooKeeper harness against real servers: a 3-server ensemble has
-//! one leader, elects another when its leader is killed and takes the old
-//! one back; a kazoo client's ephemeral sequential znode shows in
-//! `children`, and goes with its session; one server runs standalone.
+//! one leader, elects another when its leader is killed or paused, and
+//! takes the old one back; a kazoo client's ephemeral sequential znode
+//! shows in `children`, and goes with its session; one server runs
+//! standalone.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -83,6 +84,8 @@ fn three_servers_elect_a_new_leader_after_a_kill() {
     eprintln!("new leader elected {:?} after the kill", killed.elapsed());
     let new = zk.leader();
     assert_ne!(new, old);
+    // A client given every server finds a live one.
+    assert!(zk.children("/").contains(&"zookeeper".to_owned()));
 
     zk.restart(old);
     assert!(zk.is_running(old));
@@ -135,6 +138,22 @@ zk.stop()
     assert!(client.wait().expect("python3").success());
     // The client closed its session: its ephemeral node is gone.
     assert!(zk.children("/t").is_empty());
+}
+
+#[test]
+fn pausing_the_leader_elects_another_and_it_rejoins_as_a_follower() {
+    let zk = ZkEnsemble::start(3);
+    let old = zk.leader();
+    let paused = zk.pause(old);
+    assert!(zk.is_running(old), "a paused server runs");
+    // The paused leader does not answer; the others elect a new one.
+    let new = zk.leader();
+    assert_ne!(new, old);
+    paused.resume();
+    wait_until("the old leader follows", ELECTION_LIMIT, || {
+        one_leader_rest_follow(&modes(&zk))
+    });
+    assert_eq!(mode(&zk, old).as_deref(), Some("follower"));
 }
 
 #[test]
