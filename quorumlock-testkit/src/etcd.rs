@@ -393,7 +393,7 @@ impl Drop for EtcdCluster {
 
 /// Calls `condition` every 20 ms until it gives a value, or `None` once
 /// `limit` has passed.
-fn poll<T>(limit: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) fn poll<T>(limit: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
     let started = Instant::now();
     loop {
         if let Some(value) = condition() {
@@ -459,7 +459,7 @@ fn json_u64(json: &str, key: &str) -> Option<u64> {
 
 /// `n` distinct ports that were free a moment ago: all bound at once, so
 /// that the OS cannot hand out one twice, then released for the members.
-fn free_ports(n: usize) -> io::Result<Vec<u16>> {
+pub(crate) fn free_ports(n: usize) -> io::Result<Vec<u16>> {
     let listeners = (0..n)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
         .collect::<io::Result<Vec<_>>>()?;

@@ -31,6 +31,10 @@
 //!   on free loopback ports, killed when dropped; kill, restart and SIGSTOP
 //!   pauses of single members, the leader, `etcdctl` commands;
 //!   [`etcd_chaos`]: such a cluster as a target of the checker.
+//! - [`zookeeper`]: a [`zookeeper::ZkEnsemble`] of one or three real
+//!   ZooKeeper servers on free loopback ports, killed when dropped; kill,
+//!   restart and SIGSTOP pauses of single servers, the leader (from
+//!   `srvr`), the children of a znode.
 //! - [`cli`]: running the `quorumlock` binary in tests: a command over
 //!   some servers, a running quorumlock cleaned up after a failed assertion,
 //!   the files its command writes, and process state from /proc.
@@ -99,6 +103,7 @@ pub mod server;
 mod shim;
 pub mod skew;
 pub mod stall;
+pub mod zookeeper;
 
 use std::time::Duration;
 
