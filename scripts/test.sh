@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
 source scripts/ensure-etcd.sh
+source scripts/ensure-zookeeper.sh
 
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
