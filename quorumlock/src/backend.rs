@@ -6,9 +6,10 @@
 //!        │  try_lock / lock                           │ extend / release / drop
 //!        ▼                                            ▼
 //!     Backend ── Redis: lock::{attempt, waiter} ─ quorum ─ node ─ wire  (N nodes, Redlock)
-//!             └─ Etcd:  etcd::{mutex, keepalive, hold}                (one Raft cluster)
+//!             ├─ Etcd:  etcd::{mutex, keepalive, hold}                (one Raft cluster)
+//!             └─ ZooKeeper: zookeeper::{mutex, heartbeat, hold}       (one ZAB ensemble)
 //!
-//! shared by both: lock::state::Held (validity, loss signal, renewal
+//! shared by all: lock::state::Held (validity, loss signal, renewal
 //! schedule), quorum::Lease (the validity rule), tasks, options, error
 //! ```
 //!
@@ -28,6 +29,8 @@ use crate::lock::resources::Resources;
 use crate::lock::shared::Shared;
 use crate::lock::waiter;
 use crate::options::LockOptions;
+#[cfg(feature = "zookeeper")]
+use crate::zookeeper;
 
 /// The store a client's locks live in, chosen by the node URLs.
 #[derive(Clone, Debug)]
@@ -38,6 +41,20 @@ pub(crate) enum Backend {
     /// `etcd://`, `etcds://`.
     #[cfg(feature = "etcd")]
     Etcd(Arc<etcd::Store>),
+    /// One ZooKeeper ensemble, whose ZAB quorum replaces the Redlock
+    /// majority: `zk://`.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<zookeeper::Store>),
+}
+
+/// The builder's settings that apply to a store that counts as one member
+/// (an etcd cluster, a ZooKeeper ensemble).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timing {
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_fixed: Duration,
 }
 
 impl Backend {
@@ -55,6 +72,8 @@ impl Backend {
             }
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, false).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, false).await,
         }
     }
 
@@ -69,16 +88,20 @@ impl Backend {
             Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, true).await,
         }
     }
 
     /// Independent members the lock is taken on: Redis nodes, or 1 for an
-    /// etcd cluster (its members' quorum is inside it).
+    /// etcd cluster or a ZooKeeper ensemble (its members' quorum is inside it).
     pub(crate) fn members(&self) -> usize {
         match self {
             Backend::Redis(shared) => shared.quorum.len(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => 1,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => 1,
         }
     }
 
@@ -88,6 +111,8 @@ impl Backend {
             Backend::Redis(shared) => shared.quorum.majority(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => 1,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => 1,
         }
     }
 
@@ -96,12 +121,14 @@ impl Backend {
             Backend::Redis(shared) => shared.is_closed(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => store.is_closed(),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => store.is_closed(),
         }
     }
 
     /// The Redis nodes, for what only Redlock offers (`what` names it in
     /// the error otherwise).
-    #[cfg_attr(not(feature = "etcd"), allow(unused_variables))]
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(unused_variables))]
     pub(crate) fn redis(&self, what: &str) -> Result<&Arc<Shared>> {
         match self {
             Backend::Redis(shared) => Ok(shared),
@@ -113,8 +140,34 @@ impl Backend {
                     store.url.redacted()
                 ),
             )),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => Err(Error::config(
+                Setting::Nodes,
+                format!(
+                    "{what} needs Redis nodes; {} is a ZooKeeper ensemble",
+                    store.url.redacted()
+                ),
+            )),
         }
     }
+}
+
+/// A guard on ZooKeeper: the lock taken once, or `waiting` in line.
+#[cfg(feature = "zookeeper")]
+async fn zookeeper_guard(
+    store: &Arc<zookeeper::Store>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+    waiting: bool,
+) -> Result<Guard> {
+    let taken = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
+    Ok(Guard::zookeeper(
+        store,
+        taken,
+        options.auto_renew,
+        options.min_validity,
+    ))
 }
 
 /// A guard on etcd: the lock taken once, or `waiting` in line.
@@ -135,24 +188,41 @@ async fn etcd_guard(
     ))
 }
 
-/// The etcd URL that the node URLs name, if they name one: a single
-/// `etcd://` or `etcds://` URL, alone. Lists split at commas (the CLI's
-/// `--nodes`, `QUORUMLOCK_NODES`) split an etcd URL's members apart, so
-/// scheme-less items after it are joined back to it. `nodes` counts every
-/// node given, `redis::Client`s included.
-pub(crate) fn etcd_url(urls: &[&str], nodes: usize) -> Result<Option<String>> {
-    let names_etcd = |url: &str| url.starts_with("etcd://") || url.starts_with("etcds://");
-    if !urls.iter().any(|url| names_etcd(url)) {
+/// The store other than Redis that the node URLs name: a cluster's one URL
+/// (`etcd://`, `etcds://`, `zk://`), alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ClusterUrl {
+    Etcd(String),
+    ZooKeeper(String),
+}
+
+/// The cluster URL that the node URLs name, if they name one: a single
+/// `etcd://`, `etcds://` or `zk://` URL, alone. Lists split at commas (the
+/// CLI's `--nodes`, `QUORUMLOCK_NODES`) split a cluster URL's members
+/// apart, so scheme-less items after it are joined back to it. `nodes`
+/// counts every node given, `redis::Client`s included.
+pub(crate) fn cluster_url(urls: &[&str], nodes: usize) -> Result<Option<ClusterUrl>> {
+    let kind = |url: &str| {
+        if url.starts_with("etcd://") || url.starts_with("etcds://") {
+            Some(ClusterUrl::Etcd as fn(String) -> ClusterUrl)
+        } else if url.starts_with("zk://") {
+            Some(ClusterUrl::ZooKeeper as fn(String) -> ClusterUrl)
+        } else {
+            None
+        }
+    };
+    if !urls.iter().any(|url| kind(url).is_some()) {
         return Ok(None);
     }
-    let continued =
-        urls.len() == nodes && names_etcd(urls[0]) && urls[1..].iter().all(|member| !member.contains("://"));
-    if !continued {
+    let continued = urls.len() == nodes
+        && kind(urls[0]).is_some()
+        && urls[1..].iter().all(|member| !member.contains("://"));
+    let Some(make) = kind(urls[0]).filter(|_| continued) else {
         return Err(Error::config(
             Setting::Nodes,
-            "an etcd URL names a whole cluster and cannot be mixed with other nodes: give its \
-             members in one URL (etcd://h1:2379,h2:2379,h3:2379)",
+            "an etcd or ZooKeeper URL names a whole cluster and cannot be mixed with other nodes: \
+             give its members in one URL (etcd://h1:2379,h2:2379,h3:2379, zk://h1:2181,h2:2181,h3:2181)",
         ));
-    }
-    Ok(Some(urls.join(",")))
+    };
+    Ok(Some(make(urls.join(","))))
 }

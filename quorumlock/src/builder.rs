@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{self, Backend};
+use crate::backend::{self, Backend, ClusterUrl};
 use crate::client::Redlock;
 use crate::config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
@@ -19,6 +19,8 @@ use crate::options::LockOptions;
 use crate::quorum::Quorum;
 use crate::redact::redact_url;
 use crate::tasks::Tasks;
+#[cfg(feature = "zookeeper")]
+use crate::zookeeper;
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
 // Built once per node at configuration time; with `tls` a client is large,
@@ -148,6 +150,15 @@ impl RedlockBuilder {
     /// `concurrency.Mutex` takes them, under one lease per lock; the
     /// cluster's Raft quorum replaces the Redlock majority. The URL may
     /// also come split at its commas (`["etcd://h1:2379", "h2:2379"]`).
+    ///
+    /// Or, with the `zookeeper` feature, a whole ZooKeeper ensemble:
+    /// `zk://[user:password@]host:port[,host:port...][/chroot][?session_timeout=10s]`.
+    /// Its locks are then taken as ZooKeeper's lock recipe (and python's
+    /// kazoo `Lock`) takes them: an ephemeral sequential node per lock in
+    /// the client's one session, whose timeout (10 s unless the URL says
+    /// otherwise, within the ensemble's bounds) is how long a dead client's
+    /// locks outlive it. The ensemble's ZAB quorum replaces the Redlock
+    /// majority. This URL too may come split at its commas.
     pub fn node(mut self, url: impl Into<String>) -> Self {
         self.nodes.push(NodeSpec::Url(url.into()));
         self
@@ -389,7 +400,7 @@ impl RedlockBuilder {
     }
 
     /// The backend other than Redis that the node URLs name, if any (see
-    /// [`backend::etcd_url`]).
+    /// [`backend::cluster_url`]).
     fn other_backend(&self, tasks: &Arc<Tasks>) -> Result<Option<Backend>> {
         let urls: Vec<&str> = self
             .nodes
@@ -399,42 +410,63 @@ impl RedlockBuilder {
                 NodeSpec::Client(_) => None,
             })
             .collect();
-        let Some(url) = backend::etcd_url(&urls, self.nodes.len())? else {
+        let Some(url) = backend::cluster_url(&urls, self.nodes.len())? else {
             return Ok(None);
         };
         if self.replica_ack.is_some() {
             return Err(Error::config(
                 Setting::ReplicaAck,
-                "replica acknowledgement is for Redis nodes; etcd acknowledges a write once a majority of its members has it",
+                "replica acknowledgement is for Redis nodes; etcd and ZooKeeper acknowledge a write once a majority of their members has it",
             ));
         }
-        self.etcd(&url, tasks).map(Some)
-    }
-
-    #[cfg(feature = "etcd")]
-    fn etcd(&self, url: &str, tasks: &Arc<Tasks>) -> Result<Backend> {
-        let timing = etcd::Timing {
+        let timing = backend::Timing {
             node_timeout: self.node_timeout,
             connect_timeout: self.connect_timeout,
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
         };
-        let url = etcd::EtcdUrl::parse(url)?;
-        url.check_files()?;
-        let store = etcd::Store::new(url, timing, Arc::clone(tasks));
-        Ok(Backend::Etcd(Arc::new(store)))
+        match url {
+            ClusterUrl::Etcd(url) => etcd(&url, timing, tasks).map(Some),
+            ClusterUrl::ZooKeeper(url) => zookeeper(&url, timing, tasks).map(Some),
+        }
     }
+}
 
-    #[cfg(not(feature = "etcd"))]
-    fn etcd(&self, url: &str, _tasks: &Arc<Tasks>) -> Result<Backend> {
-        Err(Error::config(
-            Setting::Nodes,
-            format!(
-                "{}: etcd:// needs the `etcd` feature of quorumlock",
-                redact_url(url)
-            ),
-        ))
-    }
+#[cfg(feature = "etcd")]
+fn etcd(url: &str, timing: backend::Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
+    let url = etcd::EtcdUrl::parse(url)?;
+    url.check_files()?;
+    let store = etcd::Store::new(url, timing, Arc::clone(tasks));
+    Ok(Backend::Etcd(Arc::new(store)))
+}
+
+#[cfg(feature = "zookeeper")]
+fn zookeeper(url: &str, timing: backend::Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
+    let url = zookeeper::ZkUrl::parse(url)?;
+    let store = zookeeper::Store::new(url, timing, Arc::clone(tasks));
+    Ok(Backend::ZooKeeper(Arc::new(store)))
+}
+
+/// A backend this build lacks: which feature it needs.
+#[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
+fn missing_feature(url: &str, feature: &str) -> Error {
+    Error::config(
+        Setting::Nodes,
+        format!(
+            "{}: this URL needs the `{feature}` feature of quorumlock",
+            redact_url(url)
+        ),
+    )
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd(url: &str, _timing: backend::Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
+    Err(missing_feature(url, "etcd"))
+}
+
+#[cfg(not(feature = "zookeeper"))]
+fn zookeeper(url: &str, _timing: backend::Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
+    Err(missing_feature(url, "zookeeper"))
 }
 
 #[cfg(test)]

@@ -316,3 +316,50 @@ pub(crate) const ETCD_PING_EVERY: Duration = Duration::from_millis(250);
 /// that is electing, and leaves many tries within a lease of a second or more.
 #[cfg(feature = "etcd")]
 pub(crate) const ETCD_RENEW_RETRY: Duration = Duration::from_millis(100);
+
+/// The session timeout a `zk://` URL asks for when it names none
+/// (`?session_timeout=`): kazoo's default, so that a Python service and a
+/// Rust one on the same ensemble lose a dead holder's lock equally fast.
+/// The ensemble bounds it (by default to 2 to 20 ticks of its `tickTime`).
+#[cfg(feature = "zookeeper")]
+pub(crate) const ZK_DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The least time a ZooKeeper request may take before it counts as failed
+/// (the builder's node timeout, when larger, applies instead).
+///
+/// A write is acknowledged once a majority of the ensemble has logged it to
+/// disk, and while the ensemble elects a leader nothing is answered; half a
+/// second rides out a slow fsync and a fast election, as for etcd.
+#[cfg(feature = "zookeeper")]
+pub(crate) const ZK_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The share of the negotiated session timeout that an answered heartbeat
+/// vouches for, counted from the instant it was sent.
+///
+/// The ensemble's leader expires a session a session timeout after it last
+/// heard of it, and it hears of a client connected to a follower only
+/// through that follower's reply to its next ping (every half tick; a
+/// session timeout is at least two ticks, so that is at most a quarter of
+/// the timeout). A follower cut off from the leader right after it answered
+/// may never pass the last heartbeat on, but it did pass on the one before,
+/// sent a heartbeat period (a third of this share or less) earlier. Two
+/// thirds, ZooKeeper's own client rule for declaring a connection dead,
+/// leaves a third of the timeout for both.
+#[cfg(feature = "zookeeper")]
+pub(crate) const ZK_TRUSTED_SHARE: f64 = 2.0 / 3.0;
+
+/// How soon a ZooKeeper heartbeat or release that failed is tried again.
+///
+/// A failed request is nearly always a connection moving to another server
+/// or an election, over within a second or two; every 100 ms confirms the
+/// session as soon as the ensemble serves again without flooding it.
+#[cfg(feature = "zookeeper")]
+pub(crate) const ZK_RETRY: Duration = Duration::from_millis(100);
+
+/// How often a waiter looks at its predecessor's node again while it also
+/// waits for the watch on it: a watch set on a server that is paused or cut
+/// off may never fire, and the client moves to another server only after a
+/// ping goes unanswered. Looking again every half second bounds what a lost
+/// watch costs a waiter.
+#[cfg(feature = "zookeeper")]
+pub(crate) const ZK_WAITER_RECHECK: Duration = Duration::from_millis(500);

@@ -157,6 +157,9 @@ pub enum NodeErrorKind {
     /// An etcd cluster refused or failed a request (no leader, a lease not
     /// found, a connection error), as its client described it.
     Etcd(String),
+    /// A ZooKeeper ensemble refused or failed a request (connection loss, an
+    /// expired session, no quorum), as its client described it.
+    ZooKeeper(String),
     /// The connection or the server reported an error.
     Redis(redis::RedisError),
     /// Replica-acknowledged mode ([`crate::ReplicaAck`]): the node performed
@@ -187,7 +190,7 @@ impl fmt::Display for NodeError {
         match &self.kind {
             NodeErrorKind::Timeout(t) => write!(f, "{}: no reply within {t:?}", self.node),
             NodeErrorKind::Redis(e) => write!(f, "{}: {e}", self.node),
-            NodeErrorKind::Etcd(e) => write!(f, "{}: {e}", self.node),
+            NodeErrorKind::Etcd(e) | NodeErrorKind::ZooKeeper(e) => write!(f, "{}: {e}", self.node),
             NodeErrorKind::ReplicasMissing {
                 acked,
                 required,
@@ -212,7 +215,8 @@ impl std::error::Error for NodeError {
             NodeErrorKind::Timeout(_)
             | NodeErrorKind::ReplicasMissing { .. }
             | NodeErrorKind::ClockTooFast { .. }
-            | NodeErrorKind::Etcd(_) => None,
+            | NodeErrorKind::Etcd(_)
+            | NodeErrorKind::ZooKeeper(_) => None,
             NodeErrorKind::Redis(e) => Some(e),
         }
     }

@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis::RedisResult;
 use tokio::time::Instant;
 
-#[cfg(feature = "etcd")]
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
 use crate::backend::Backend;
 use crate::client::Redlock;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
@@ -26,9 +26,13 @@ use crate::wire::inspect::{Content, Facts, ForceDelete, Inspect};
 use crate::wire::keys;
 use crate::wire::lock::Release;
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod unlock;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 pub use self::unlock::{DeletedValue, NodeUnlock, UnlockOutcome, UnlockReport};
 
@@ -207,6 +211,10 @@ impl Redlock {
         if let Backend::Etcd(store) = &self.backend {
             return Ok(etcd::inspect(store, resource).await);
         }
+        #[cfg(feature = "zookeeper")]
+        if let Backend::ZooKeeper(store) = &self.backend {
+            return Ok(zookeeper::inspect(store, resource).await);
+        }
         let quorum = &self.backend.redis("inspect")?.quorum;
         let request = Arc::new(Inspect {
             key: resource.clone(),
@@ -269,6 +277,10 @@ impl Redlock {
         if let Backend::Etcd(store) = &self.backend {
             return Ok(etcd::unlock(store, resource, Some(token)).await);
         }
+        #[cfg(feature = "zookeeper")]
+        if let Backend::ZooKeeper(store) = &self.backend {
+            return Ok(zookeeper::unlock(store, resource, Some(token)).await);
+        }
         let quorum = &self.backend.redis("unlock")?.quorum;
         let release = Arc::new(Release::new(Arc::new([resource.clone()]), Arc::from(token)));
         let replies = each_node(quorum, |i| {
@@ -302,6 +314,10 @@ impl Redlock {
         #[cfg(feature = "etcd")]
         if let Backend::Etcd(store) = &self.backend {
             return Ok(etcd::unlock(store, resource, None).await);
+        }
+        #[cfg(feature = "zookeeper")]
+        if let Backend::ZooKeeper(store) = &self.backend {
+            return Ok(zookeeper::unlock(store, resource, None).await);
         }
         let quorum = &self.backend.redis("force_unlock")?.quorum;
         let request = Arc::new(ForceDelete {

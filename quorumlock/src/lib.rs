@@ -27,6 +27,8 @@ mod lock;
 
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 mod backend;
 mod builder;

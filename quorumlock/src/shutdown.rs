@@ -115,6 +115,8 @@ impl Redlock {
             Backend::Redis(shared) => release_every_lock(shared, deadline).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => store.shutdown(deadline).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => store.shutdown(deadline).await,
         };
         let released = outcomes.len();
         let unconfirmed = outcomes

@@ -45,6 +45,7 @@ pub(crate) use lease::{Keys, give_back, give_back_in_background};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
+use crate::backend::Timing;
 use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;
@@ -77,15 +78,6 @@ impl std::fmt::Debug for Store {
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
-}
-
-/// The settings of the builder that apply to an etcd cluster.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Timing {
-    pub(crate) node_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) drift_factor: f64,
-    pub(crate) drift_fixed: Duration,
 }
 
 impl Store {

@@ -3,9 +3,8 @@
 
 use tokio::time::Instant;
 
-use super::{
-    DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
-};
+use super::cluster::{self, Holder};
+use super::{Inspection, UnlockReport};
 #[cfg(doc)]
 use crate::Redlock;
 use crate::etcd::{self, Store};
@@ -15,51 +14,23 @@ pub(super) async fn inspect(store: &Store, resource: String) -> Inspection {
     let started = Instant::now();
     let line = etcd::look(store, &resource).await;
     let elapsed = started.elapsed();
-    let (state, waiters, verdict) = match line {
-        Ok(line) => match line.holder {
-            Some(holder) => {
-                let drift = store.lease(started, holder.ttl).drift;
-                let verdict = Verdict::Held {
-                    token: holder.token.clone(),
-                    valid_for: holder.ttl.saturating_sub(elapsed).saturating_sub(drift),
-                };
-                let state = KeyState::Held {
-                    token: holder.token,
-                    ttl: holder.ttl,
-                };
-                (state, Some(line.waiters), verdict)
-            }
-            None => (KeyState::Free, Some(0), Verdict::Free),
-        },
-        Err(kind) => (KeyState::Failed(kind), None, Verdict::Indeterminate),
-    };
-    Inspection {
-        resource,
-        nodes: vec![NodeInspection {
-            node: store.url.redacted(),
-            state,
-            waiters,
-        }],
-        quorum: 1,
-        elapsed,
-        verdict,
-    }
+    let line = line.map(|line| {
+        line.holder.map(|holder| Holder {
+            valid_for: holder
+                .ttl
+                .saturating_sub(elapsed)
+                .saturating_sub(store.lease(started, holder.ttl).drift),
+            token: holder.token,
+            ttl: holder.ttl,
+            waiters: line.waiters,
+        })
+    });
+    cluster::inspection(store.url.redacted(), resource, elapsed, line)
 }
 
 /// Deletes the holder's key of `resource` when its token is `token` (any
 /// holder when `None`): the next in line holds the lock then.
 pub(super) async fn unlock(store: &Store, resource: String, token: Option<&str>) -> UnlockReport {
-    let outcome = match etcd::delete_holder(store, &resource, token).await {
-        Ok(Some(token)) => UnlockOutcome::Deleted(DeletedValue::String(token)),
-        Ok(None) => UnlockOutcome::NotHeld,
-        Err(kind) => UnlockOutcome::Failed(kind),
-    };
-    UnlockReport {
-        resource,
-        nodes: vec![NodeUnlock {
-            node: store.url.redacted(),
-            outcome,
-        }],
-        quorum: 1,
-    }
+    let deleted = etcd::delete_holder(store, &resource, token).await;
+    cluster::unlock_report(store.url.redacted(), resource, deleted)
 }

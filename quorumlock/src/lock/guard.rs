@@ -16,6 +16,8 @@ use crate::error::{Error, Result};
 use crate::etcd;
 use crate::quorum::{Tally, Until};
 use crate::wire::lock::Extend;
+#[cfg(feature = "zookeeper")]
+use crate::zookeeper;
 
 /// A held lock.
 ///
@@ -75,6 +77,9 @@ enum Store {
     /// A key per resource on an etcd cluster.
     #[cfg(feature = "etcd")]
     Etcd(etcd::Hold),
+    /// An ephemeral node per resource on a ZooKeeper ensemble.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(zookeeper::Hold),
 }
 
 impl fmt::Debug for Guard {
@@ -110,6 +115,21 @@ pub struct ReleaseReport {
     pub kept_until: Option<Instant>,
 }
 
+impl ReleaseReport {
+    /// The release on a store that counts as one member (an etcd cluster, a
+    /// ZooKeeper ensemble): its keys `deleted`, or kept until `kept_until`.
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+    fn one_member(deleted: bool, kept_until: Option<Instant>) -> ReleaseReport {
+        ReleaseReport {
+            nodes: 1,
+            confirmed: 1,
+            deleted: usize::from(deleted),
+            kept: usize::from(kept_until.is_some()),
+            kept_until,
+        }
+    }
+}
+
 impl Guard {
     /// Wraps a fresh lock; registers it with the watchdog when `renew`.
     pub(crate) fn new(shared: &Arc<Shared>, held: Held, renew: bool, min_validity: Duration) -> Guard {
@@ -142,6 +162,25 @@ impl Guard {
         Guard {
             held,
             store: Store::Etcd(hold),
+            min_validity,
+            released: false,
+        }
+    }
+
+    /// Wraps a fresh lock on ZooKeeper; renews it with the store's
+    /// heartbeat when `renew`.
+    #[cfg(feature = "zookeeper")]
+    pub(crate) fn zookeeper(
+        store: &Arc<zookeeper::Store>,
+        (held, nodes): (Held, zookeeper::Nodes),
+        renew: bool,
+        min_validity: Duration,
+    ) -> Guard {
+        let held = Arc::new(held);
+        let hold = zookeeper::Hold::new(store, &held, nodes, renew);
+        Guard {
+            held,
+            store: Store::ZooKeeper(hold),
             min_validity,
             released: false,
         }
@@ -242,6 +281,8 @@ impl Guard {
             Store::Redis { shared, .. } => shared.quorum.node_timeout,
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => hold.store.request_timeout,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => hold.store.request_timeout,
         };
         round + START_MARGIN
     }
@@ -288,6 +329,8 @@ impl Guard {
             Store::Redis { shared, .. } => shared,
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => return hold.extend(&self.held, ttl, self.min_validity).await,
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => return hold.extend(&self.held, ttl, self.min_validity).await,
         };
         let quorum = &shared.quorum;
         let ttl = quorum.check_ttl(ttl, self.min_validity)?;
@@ -368,26 +411,17 @@ impl Guard {
                 shared.holders.remove(*holder);
                 Self::report(given.tally, given.kept_until)
             }
-            // A lock lost first was given back by its keep-alive task.
+            // A lock lost first was given back by its renewal task.
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ if !claimed => Ok(ReleaseReport::one_member(false, None)),
             #[cfg(feature = "etcd")]
-            Store::Etcd(_) if !claimed => Ok(ReleaseReport {
-                nodes: 1,
-                confirmed: 1,
-                deleted: 0,
-                kept: 0,
-                kept_until: None,
-            }),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => {
-                let kept_until = etcd::give_back(&hold.store, &self.held, &hold.keys).await;
-                kept_until.map(|kept_until| ReleaseReport {
-                    nodes: 1,
-                    confirmed: 1,
-                    deleted: usize::from(kept_until.is_none()),
-                    kept: usize::from(kept_until.is_some()),
-                    kept_until,
-                })
-            }
+            Store::Etcd(hold) => etcd::give_back(&hold.store, &self.held, &hold.keys)
+                .await
+                .map(|kept_until| ReleaseReport::one_member(kept_until.is_none(), kept_until)),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => zookeeper::give_back(&hold.store, &self.held, &hold.nodes)
+                .await
+                .map(|()| ReleaseReport::one_member(true, None)),
         };
         self.released = true;
         tracing::debug!(resources = ?self.resources(), ?report, "lock released");
@@ -420,6 +454,8 @@ impl Guard {
             Store::Redis { shared, .. } => shared.is_closed(),
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => hold.store.is_closed(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => hold.store.is_closed(),
         }
     }
 
@@ -435,6 +471,8 @@ impl Guard {
             },
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => hold.store.lost(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => hold.store.lost(),
         }
     }
 
@@ -452,6 +490,8 @@ impl Guard {
             }
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => hold.forget(),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => hold.forget(),
         }
     }
 }
@@ -462,8 +502,8 @@ impl Drop for Guard {
         match &self.store {
             Store::Redis { shared, holder, .. } => shared.holders.remove(*holder),
             // `stop_renewal` ended both registrations.
-            #[cfg(feature = "etcd")]
-            Store::Etcd(_) => {}
+            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
+            _ => {}
         }
         if self.released || !self.held.claim_release() {
             return;
@@ -473,6 +513,10 @@ impl Drop for Guard {
             Store::Redis { shared, .. } => release_in_background(&shared.quorum, &self.held),
             #[cfg(feature = "etcd")]
             Store::Etcd(hold) => etcd::give_back_in_background(&hold.store, &self.held, &hold.keys),
+            #[cfg(feature = "zookeeper")]
+            Store::ZooKeeper(hold) => {
+                zookeeper::give_back_in_background(&hold.store, &self.held, &hold.nodes)
+            }
         }
     }
 }

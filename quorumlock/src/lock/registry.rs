@@ -40,7 +40,7 @@ impl<T> Registry<T> {
     }
 
     /// Every entry with its id, in id order.
-    #[cfg(feature = "etcd")]
+    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
         self.entries.iter().map(|(id, entry)| (*id, entry))
     }

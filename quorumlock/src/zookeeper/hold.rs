@@ -1,0 +1,112 @@
+//! A guard's ZooKeeper lock: its registrations with the store, its end at
+//! its ttl when it is not renewed, and extend.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::Store;
+use super::nodes::{Nodes, give_back_in_background};
+use crate::error::{Error, Result};
+use crate::lock::state::Held;
+use crate::tasks::BackgroundWork;
+
+/// What a guard of a ZooKeeper lock holds besides the lock's state.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    pub(crate) store: Arc<Store>,
+    pub(crate) nodes: Arc<Nodes>,
+    /// Registration with the store's holders, for a shutdown.
+    holder: u64,
+    /// Registration with the heartbeat task, when auto-renewed.
+    renewal: Option<u64>,
+}
+
+impl Hold {
+    /// Registers a fresh lock with the store, and with its heartbeat task
+    /// when `renew`. A lock that is not renewed ends at its validity: its
+    /// nodes would otherwise live as long as the session, which the other
+    /// locks of the client keep alive.
+    pub(crate) fn new(store: &Arc<Store>, held: &Arc<Held>, nodes: Nodes, renew: bool) -> Hold {
+        let nodes = Arc::new(nodes);
+        let holder = store.holders().insert((Arc::clone(held), Arc::clone(&nodes)));
+        let renewal = if renew {
+            Some(super::heartbeat::register(store, held, &nodes))
+        } else {
+            end_at_validity(store, held, &nodes);
+            None
+        };
+        Hold {
+            store: Arc::clone(store),
+            nodes,
+            holder,
+            renewal,
+        }
+    }
+
+    /// Ends renewal and the registration with the holders.
+    pub(crate) fn forget(&mut self) {
+        if let Some(id) = self.renewal.take() {
+            self.store.heartbeat.unregister(id);
+        }
+        self.store.holders().remove(self.holder);
+    }
+
+    /// One heartbeat for this lock (a `sync` through the leader and a read
+    /// of its nodes), then the lock valid for `ttl` (within what the session
+    /// vouches for) from the heartbeat's sending.
+    pub(crate) async fn extend(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
+        let store = &self.store;
+        store.check_ttl(ttl)?;
+        if store.is_closed() {
+            return Err(Error::Closed);
+        }
+        if !held.is_held() {
+            return Err(store.lost());
+        }
+        let client = store.client().await?;
+        let sent = Instant::now();
+        let deadline = sent + store.request_timeout;
+        let (synced, present) = tokio::join!(
+            store.call_by(deadline, client.sync("/")),
+            self.nodes.all_present(store, &client, deadline)
+        );
+        synced.map_err(|e| store.failed(&e))?;
+        if !present.map_err(|e| store.failed(&e))? {
+            held.mark_lost();
+            return Err(store.lost());
+        }
+        let lease = store.lease(&client, sent, ttl);
+        lease.left(min_validity)?;
+        if !held.confirm(&lease, 1) {
+            return Err(store.lost());
+        }
+        Ok(())
+    }
+}
+
+/// Gives a lock that is not renewed back when its validity (moved on by
+/// each extend) has passed, unless it was given back before.
+fn end_at_validity(store: &Arc<Store>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
+    let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
+    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
+        loop {
+            let until = held.valid_until();
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                () = task_store.tasks.closing().cancelled() => return,
+            }
+            if held.is_released() {
+                return;
+            }
+            if Instant::now() >= held.valid_until() {
+                held.mark_lost();
+                if held.claim_release() {
+                    give_back_in_background(&task_store, &held, &nodes);
+                }
+                return;
+            }
+        }
+    });
+}

@@ -1,0 +1,77 @@
+//! What a ZooKeeper ensemble holds for a lock, and clearing it: the
+//! ZooKeeper side of `Redlock::inspect`, `unlock` and `force_unlock`.
+
+use super::Store;
+use super::mutex::{LOCK_MARK, line};
+use crate::error::{Error, NodeErrorKind};
+
+/// The line of one resource: its holder, and how many wait behind it.
+#[derive(Clone, Debug)]
+pub(crate) struct Line {
+    pub(crate) holder: Option<Holder>,
+    pub(crate) waiters: u64,
+}
+
+/// The first node of a line: the lock's holder.
+#[derive(Clone, Debug)]
+pub(crate) struct Holder {
+    /// The holder's token: the part of its node's name before `__lock__`
+    /// (quorumlock's token; kazoo's uuid).
+    pub(crate) token: String,
+    path: String,
+}
+
+/// Reads the line of `resource`.
+pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErrorKind> {
+    let parent = store.path(resource).map_err(kind)?;
+    let client = store.client().await.map_err(kind)?;
+    let line = line(store, &client, &parent).await.map_err(kind)?;
+    let Some(first) = line.contenders.first() else {
+        return Ok(Line {
+            holder: None,
+            waiters: 0,
+        });
+    };
+    let token = first
+        .rsplit_once(LOCK_MARK)
+        .map_or(first.as_str(), |(token, _)| token);
+    Ok(Line {
+        holder: Some(Holder {
+            token: token.to_owned(),
+            path: format!("{parent}/{first}"),
+        }),
+        waiters: u64::try_from(line.contenders.len() - 1).unwrap_or(u64::MAX),
+    })
+}
+
+/// Deletes the holder's node of `resource` (the next in line then holds
+/// it) when its token is `token` (any token when `None`). Returns the token
+/// deleted, `None` when there was no holder or another token held it.
+///
+/// Node names carry a sequence number that the parent never hands out
+/// twice, so the node read is the node deleted: a holder that changed
+/// meanwhile stays.
+pub(crate) async fn delete_holder(
+    store: &Store,
+    resource: &str,
+    token: Option<&str>,
+) -> Result<Option<String>, NodeErrorKind> {
+    let line = look(store, resource).await?;
+    let Some(holder) = line.holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
+        return Ok(None);
+    };
+    let client = store.client().await.map_err(kind)?;
+    match store.call(client.delete(&holder.path, None)).await {
+        Ok(()) => Ok(Some(holder.token)),
+        Err(zookeeper_client::Error::NoNode) => Ok(None),
+        Err(error) => Err(kind(store.failed(&error))),
+    }
+}
+
+/// The node error inside a store error.
+fn kind(error: Error) -> NodeErrorKind {
+    match error {
+        Error::Unreachable { mut errors, .. } if !errors.is_empty() => errors.swap_remove(0).kind,
+        other => NodeErrorKind::ZooKeeper(other.to_string()),
+    }
+}

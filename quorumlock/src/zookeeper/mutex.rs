@@ -1,0 +1,359 @@
+//! Taking a lock on ZooKeeper: the lock recipe of the ZooKeeper
+//! documentation, with nodes named and ordered as kazoo's `Lock` names and
+//! orders them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client::{Acls, Client, CreateMode};
+
+use super::nodes::{Nodes, Owned, delete_in_background};
+use super::{Store, ZkResult};
+use crate::config::ZK_WAITER_RECHECK;
+use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::resources::Resources;
+use crate::lock::state::{Acquisition, Held};
+use crate::options::LockOptions;
+use crate::quorum;
+use crate::random;
+
+/// What separates a contender's own prefix from the sequence number that
+/// ZooKeeper appends, in kazoo's names: `<uuid hex>__lock__0000000007`.
+pub(crate) const LOCK_MARK: &str = "__lock__";
+
+/// Takes the lock on `resources`: once when `waiting` is false (busy is
+/// [`Error::Held`]), otherwise waiting in line until it is ours or
+/// [`LockOptions::wait`] runs out; requests that fail are retried after the
+/// retry delay while the wait and the attempt budget last.
+pub(crate) async fn acquire(
+    store: &Arc<Store>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+    waiting: bool,
+) -> Result<(Held, Nodes)> {
+    check(store, options, ttl)?;
+    let deadline = waiting.then(|| quorum::deadline_after(options.wait));
+    let mut attempts = 0;
+    loop {
+        if store.is_closed() {
+            return Err(Error::Closed);
+        }
+        attempts += 1;
+        let error = match attempt(store, options, resources, ttl, deadline).await {
+            Ok(taken) => return Ok(taken),
+            Err(error) => error,
+        };
+        let retry_at = Instant::now() + random::jitter(options.retry_delay);
+        let retriable = matches!(
+            error,
+            Error::Unreachable { .. } | Error::Lost { .. } | Error::ValidityUsedUp { .. }
+        );
+        let budget_left = options.max_attempts.is_none_or(|max| attempts < max);
+        match deadline {
+            Some(deadline) if retriable && budget_left && retry_at < deadline => {
+                tracing::debug!(%error, "ZooKeeper lock attempt failed; trying again");
+                tokio::time::sleep_until(retry_at).await;
+            }
+            // Our node vanished while we waited: the session expired (a
+            // long partition). Nothing of ours is left; say why we gave up.
+            _ if matches!(error, Error::Lost { .. }) => {
+                return Err(store.unreachable(NodeErrorKind::ZooKeeper(
+                    "the waiter's session expired while it waited".into(),
+                )));
+            }
+            _ => return Err(error),
+        }
+    }
+}
+
+/// What a ZooKeeper lock cannot be asked for.
+fn check(store: &Store, options: &LockOptions, ttl: Duration) -> Result<()> {
+    store.check_ttl(ttl)?;
+    if options.min_hold.is_some() {
+        return Err(Error::config(
+            Setting::MinHold,
+            "a minimum hold needs lock keys that outlive the client (Redis or etcd nodes); \
+             a ZooKeeper lock's nodes end with its client's session",
+        ));
+    }
+    let drift = ttl.mul_f64(store.drift_factor) + store.drift_fixed;
+    if drift + store.request_timeout >= ttl || options.min_validity + drift >= ttl {
+        return Err(Error::config(
+            Setting::Ttl,
+            format!(
+                "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the request \
+                 timeout {:?} and the minimum validity {:?}",
+                store.request_timeout, options.min_validity
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// One attempt. Whatever it created is deleted unless it succeeds (also
+/// when its future is dropped).
+async fn attempt(
+    store: &Arc<Store>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+    deadline: Option<Instant>,
+) -> Result<(Held, Nodes)> {
+    let client = store.client().await?;
+    let token = random::token();
+    // One order for every contender of a multi-resource lock: two of them
+    // never wait for each other's second resource.
+    let mut names = resources.names().to_vec();
+    names.sort();
+    let parents = names
+        .iter()
+        .map(|name| store.path(name))
+        .collect::<Result<Vec<_>>>()?;
+    let mut undo = Undo {
+        store,
+        owned: Vec::with_capacity(parents.len()),
+        armed: true,
+    };
+    if deadline.is_none() {
+        // Without waiting, nothing joins a line: a node left in one by an
+        // attempt that was refused would hold up everyone behind it until
+        // its deletion.
+        for parent in &parents {
+            if !line(store, &client, parent).await?.contenders.is_empty() {
+                return Err(store.held());
+            }
+        }
+    }
+    // The first create goes through the leader in our session: the lock's
+    // validity counts from its sending.
+    let mut sent = Instant::now();
+    let (mut fence, mut waited) = (0, false);
+    for parent in &parents {
+        let own = create(store, &client, parent, &token).await?;
+        undo.owned.push(own.clone());
+        let first_seen_at = wait_first(store, &client, parent, &own, deadline, &mut waited).await?;
+        fence = fence.max(first_seen_at);
+    }
+    let nodes = Nodes {
+        owned: std::mem::take(&mut undo.owned),
+    };
+    if waited {
+        // The session may have expired while we waited (our nodes with it),
+        // and someone may have deleted a node of ours: a lock is ours only
+        // with a session just confirmed through the leader and every node
+        // there.
+        sent = Instant::now();
+        let (synced, present) = tokio::join!(
+            store.call(client.sync("/")),
+            nodes.all_present(store, &client, sent + store.request_timeout)
+        );
+        synced.map_err(|e| store.failed(&e))?;
+        if !present.map_err(|e| store.failed(&e))? {
+            undo.owned = nodes.owned;
+            return Err(store.lost());
+        }
+    }
+    let lease = store.lease(&client, sent, ttl);
+    if let Err(error) = lease.left(options.min_validity) {
+        undo.owned = nodes.owned;
+        return Err(error);
+    }
+    undo.armed = false;
+    let acquired = Acquisition {
+        resources: resources.clone(),
+        token: token.into(),
+        // Zxids start at 1 and only grow.
+        fence: Some(fence.unsigned_abs()),
+        lease,
+        confirmed: 1,
+    };
+    Ok((Held::new(acquired, options), nodes))
+}
+
+/// Deletes the nodes of an attempt that did not succeed.
+struct Undo<'a> {
+    store: &'a Arc<Store>,
+    owned: Vec<Owned>,
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if self.armed && !self.owned.is_empty() {
+            let nodes = Arc::new(Nodes {
+                owned: std::mem::take(&mut self.owned),
+            });
+            delete_in_background(self.store, &nodes, self.store.url.session_timeout);
+        }
+    }
+}
+
+/// The contenders under a lock's parent node, in the order they hold it.
+pub(crate) struct Line {
+    /// Node names, lowest sequence first.
+    pub(crate) contenders: Vec<String>,
+    /// The parent's pzxid when read: the zxid of the last creation or
+    /// deletion of a node in it.
+    pub(crate) changed_at: i64,
+}
+
+/// Reads the line under `parent` (empty when the parent does not exist).
+/// Only names of the recipe count (`...__lock__` and a sequence number),
+/// ordered by that number, as kazoo orders them: a lock on `a` ignores the
+/// parent node of a lock on `a/b`.
+pub(crate) async fn line(store: &Store, client: &Client, parent: &str) -> Result<Line> {
+    let (children, changed_at) = match store.call(client.get_children(parent)).await {
+        Ok((children, stat)) => (children, stat.pzxid),
+        Err(zookeeper_client::Error::NoNode) => (Vec::new(), 0),
+        Err(error) => return Err(store.failed(&error)),
+    };
+    let mut contenders: Vec<(u64, String)> = children
+        .into_iter()
+        .filter_map(|name| sequence(&name).map(|seq| (seq, name)))
+        .collect();
+    contenders.sort_unstable();
+    Ok(Line {
+        contenders: contenders.into_iter().map(|(_, name)| name).collect(),
+        changed_at,
+    })
+}
+
+/// The sequence number of a contender's node name, or `None` for a name the
+/// recipe does not make.
+pub(crate) fn sequence(name: &str) -> Option<u64> {
+    let (_, digits) = name.rsplit_once(LOCK_MARK)?;
+    if digits.len() < 10 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// Creates our ephemeral sequential node under `parent` (creating the
+/// parent, as a container node that the ensemble removes once empty, when
+/// it is missing).
+async fn create(store: &Store, client: &Client, parent: &str, token: &str) -> Result<Owned> {
+    let prefix = format!("{parent}/{token}{LOCK_MARK}");
+    let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
+    let mut made_parent = false;
+    loop {
+        match store
+            .call(client.create(&prefix, token.as_bytes(), &options))
+            .await
+        {
+            Ok((stat, sequence)) => {
+                return Ok(Owned {
+                    path: format!("{prefix}{sequence}"),
+                    czxid: stat.czxid,
+                });
+            }
+            // The container was removed between its creation and ours, at
+            // most once per attempt in practice; a second miss is an error.
+            Err(zookeeper_client::Error::NoNode) if !made_parent => {
+                let containers = CreateMode::Container.with_acls(Acls::anyone_all());
+                store
+                    .call(client.mkdir(parent, &containers))
+                    .await
+                    .map_err(|e| store.failed(&e))?;
+                made_parent = true;
+            }
+            // The node may have been created: find it by our token, as
+            // kazoo does, so that it does not hold up the line.
+            Err(error @ (zookeeper_client::Error::ConnectionLoss | zookeeper_client::Error::Timeout)) => {
+                return match find_own(store, client, parent, token).await {
+                    Ok(Some(own)) => Ok(own),
+                    _ => Err(store.failed(&error)),
+                };
+            }
+            Err(error) => return Err(store.failed(&error)),
+        }
+    }
+}
+
+/// Our node under `parent` if a create whose answer was lost made one.
+async fn find_own(store: &Store, client: &Client, parent: &str, token: &str) -> Result<Option<Owned>> {
+    let line = line(store, client, parent).await?;
+    let Some(name) = line.contenders.into_iter().find(|name| name.starts_with(token)) else {
+        return Ok(None);
+    };
+    let path = format!("{parent}/{name}");
+    match store.call(client.check_stat(&path)).await {
+        Ok(Some(stat)) => Ok(Some(Owned {
+            path,
+            czxid: stat.czxid,
+        })),
+        Ok(None) => Ok(None),
+        Err(error) => Err(store.failed(&error)),
+    }
+}
+
+/// Waits until `own` is the first of its line, watching only its
+/// predecessor each time; without a `deadline`, a predecessor is
+/// [`Error::Held`]. Returns the parent's pzxid read when `own` was first,
+/// which is at least the zxid of the deletion of every earlier holder.
+async fn wait_first(
+    store: &Store,
+    client: &Client,
+    parent: &str,
+    own: &Owned,
+    deadline: Option<Instant>,
+    waited: &mut bool,
+) -> Result<i64> {
+    let name = own.path.rsplit('/').next().unwrap_or_default();
+    loop {
+        let line = line(store, client, parent).await?;
+        let Some(place) = line.contenders.iter().position(|c| c == name) else {
+            return Err(store.lost());
+        };
+        if place == 0 {
+            return Ok(line.changed_at);
+        }
+        let Some(deadline) = deadline else {
+            return Err(store.held());
+        };
+        let predecessor = format!("{parent}/{}", line.contenders[place - 1]);
+        wait_gone(store, client, &predecessor, deadline).await?;
+        *waited = true;
+    }
+}
+
+/// Waits until the node `path` is gone: its watch fires, or a look every
+/// [`ZK_WAITER_RECHECK`] finds it gone (a watch on a server that stopped
+/// answering may never fire).
+async fn wait_gone(store: &Store, client: &Client, path: &str, deadline: Instant) -> Result<()> {
+    loop {
+        let watched: ZkResult<_> = store.call(client.check_and_watch_stat(path)).await;
+        let watcher = match watched {
+            Ok((None, _)) => return Ok(()),
+            Ok((Some(_), watcher)) => watcher,
+            Err(error) => return Err(store.failed(&error)),
+        };
+        tokio::select! {
+            _ = watcher.changed() => {}
+            () = tokio::time::sleep(ZK_WAITER_RECHECK) => {}
+            () = tokio::time::sleep_until(deadline) => return Err(store.held()),
+            () = store.tasks.closing().cancelled() => return Err(Error::Closed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_names_of_the_recipe_have_a_sequence() {
+        assert_eq!(sequence("0123abcd__lock__0000000007"), Some(7));
+        assert_eq!(sequence("x__lock__12345678901"), Some(12_345_678_901));
+        for other in [
+            "b",
+            "x__lock__123",
+            "x__lock__",
+            "x-lock-0000000001",
+            "x__lock__00000000a1",
+        ] {
+            assert_eq!(sequence(other), None, "{other}");
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! A held ZooKeeper lock's nodes: checking that they are still ours, and
+//! deleting them (release), in the foreground or in the background.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use zookeeper_client::{Client, MultiReadResult};
+
+use super::{Store, ZkResult};
+use crate::config::ZK_RETRY;
+use crate::error::Result;
+use crate::lock::state::Held;
+use crate::tasks::BackgroundWork;
+
+/// Our node on one resource.
+#[derive(Clone, Debug)]
+pub(crate) struct Owned {
+    /// Its full path: `<chroot>/<resource>/<token>__lock__<sequence>`.
+    pub(crate) path: String,
+    /// Its creation zxid: the proof that the node is still the one we
+    /// created (a path is never reused while its parent lives, but a parent
+    /// deleted and created again restarts its sequence).
+    pub(crate) czxid: i64,
+}
+
+/// The nodes of one lock.
+#[derive(Debug)]
+pub(crate) struct Nodes {
+    pub(crate) owned: Vec<Owned>,
+}
+
+impl Nodes {
+    /// Whether every node still exists as created, read in one request
+    /// (one snapshot of the server's state).
+    pub(crate) async fn all_present(
+        &self,
+        store: &Store,
+        client: &Client,
+        deadline: Instant,
+    ) -> ZkResult<bool> {
+        let mut reader = client.new_multi_reader();
+        for own in &self.owned {
+            reader.add_get_data(&own.path)?;
+        }
+        let results = store.call_by(deadline, reader.commit()).await?;
+        Ok(results.len() == self.owned.len()
+            && results.iter().zip(&self.owned).all(|(result, own)| {
+                matches!(result, MultiReadResult::Data { stat, .. } if stat.czxid == own.czxid)
+            }))
+    }
+}
+
+/// Gives the lock back: deletes its nodes (the next in line of each
+/// resource holds it then). A node already gone counts as deleted.
+///
+/// A deletion that fails (the connection moving to another server, an
+/// election) is the caller's error, and is tried again in the background
+/// until the session would have expired anyway: the lock is free as soon as
+/// the ensemble serves again.
+pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, nodes: &Arc<Nodes>) -> Result<()> {
+    held.mark_released();
+    if let Err(error) = delete(store, nodes).await {
+        let retry_for = store
+            .client()
+            .await
+            .map_or(store.url.session_timeout, |c| c.session_timeout());
+        delete_in_background(store, nodes, retry_for);
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// Deletes every node of `nodes` that still exists.
+pub(crate) async fn delete(store: &Store, nodes: &Nodes) -> Result<()> {
+    let client = store.client().await?;
+    for own in &nodes.owned {
+        match store.call(client.delete(&own.path, None)).await {
+            Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+            Err(error) => return Err(store.failed(&error)),
+        }
+    }
+    Ok(())
+}
+
+/// Deletes `nodes` in the background, as tracked work, trying again every
+/// [`ZK_RETRY`] for up to `retry_for` (after which the session that owns
+/// them has expired, or a new one was opened and they are gone with the
+/// old); never blocks. Without a runtime the nodes end with the session.
+pub(crate) fn delete_in_background(store: &Arc<Store>, nodes: &Arc<Nodes>, retry_for: Duration) {
+    let (task_store, nodes) = (Arc::clone(store), Arc::clone(nodes));
+    let until = Instant::now() + retry_for;
+    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
+        loop {
+            let Err(error) = delete(&task_store, &nodes).await else {
+                return;
+            };
+            if Instant::now() + ZK_RETRY >= until {
+                tracing::warn!(%error, "ZooKeeper lock release failed; its nodes end with the session");
+                return;
+            }
+            tokio::time::sleep(ZK_RETRY).await;
+        }
+    });
+}
+
+/// Gives `held` back in the background (a dropped guard, a lost lock).
+pub(crate) fn give_back_in_background(store: &Arc<Store>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
+    let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
+    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
+        if let Err(error) = give_back(&task_store, &held, &nodes).await {
+            tracing::debug!(%error, "ZooKeeper release failed; trying again in the background");
+        }
+    });
+}

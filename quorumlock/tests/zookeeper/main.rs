@@ -1,0 +1,37 @@
+//! The ZooKeeper backend against real ZooKeeper servers started by the test
+//! kit: the lock's API (basics), mutual exclusion under server failures
+//! (chaos), and sharing locks with python's kazoo (interop).
+
+mod basics;
+mod chaos;
+mod interop;
+
+use std::time::Duration;
+
+use quorumlock::Redlock;
+use quorumlock_testkit::zookeeper::ZkEnsemble;
+
+/// The lock's ttl in these tests.
+const TTL: Duration = Duration::from_secs(2);
+
+/// The session timeout the tests' clients ask for: a dead client's lock
+/// lasts this long, and a cut-off holder is told of the loss within two
+/// thirds of it.
+const SESSION: &str = "session_timeout=2s";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The URL of `ensemble` with the tests' session timeout.
+fn url(ensemble: &ZkEnsemble) -> String {
+    format!("{}?{SESSION}", ensemble.url())
+}
+
+/// A client of its own (a session of its own) on `ensemble`.
+fn client(ensemble: &ZkEnsemble) -> Redlock {
+    Redlock::builder()
+        .node(url(ensemble))
+        .build()
+        .expect("ZooKeeper client")
+}
