@@ -19,10 +19,10 @@ else
   echo "clippy not installed: skipping lints" >&2
 fi
 
-# Library (with its etcd backend), CLI (with its demo and etcd nodes), test
-# kit, integration tests and the README/rustdoc examples; every test binary
-# runs, so that one failure does not hide another.
-cargo test --no-fail-fast --features quorumlock-cli/demo,quorumlock-cli/etcd,quorumlock/etcd
+# Library (with its etcd and ZooKeeper backends), CLI (with its demo and etcd
+# nodes), test kit, integration tests and the README/rustdoc examples; every
+# test binary runs, so that one failure does not hide another.
+cargo test --no-fail-fast --features quorumlock-cli/demo,quorumlock-cli/etcd,quorumlock/etcd,quorumlock/zookeeper
 # The protocol model: the safe configurations explored exhaustively and the
 # negative controls' counterexamples (release build: about a minute on 2 cores).
 cargo test --release -p quorumlock-model
@@ -31,10 +31,12 @@ RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-featu
 # The optional features must keep compiling; the blocking client has its own tests.
 cargo check -p quorumlock --features tls,blocking
 cargo check -p quorumlock --features etcd,tls
+cargo check -p quorumlock --features zookeeper
 cargo check -p quorumlock-cli
 cargo check -p quorumlock-cli --features tls,demo
 cargo test -p quorumlock --features blocking --test blocking
 cargo test -p quorumlock --features blocking,etcd --test etcd blocking
+cargo test -p quorumlock --features blocking,zookeeper --test zookeeper blocking
 # rediss:// nodes: the library and the binary against a TLS redis-server, with a
 # private CA made by the test.
 cargo test -p quorumlock-cli --features tls,etcd --test tls

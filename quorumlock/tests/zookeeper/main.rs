@@ -1,8 +1,11 @@
 //! The ZooKeeper backend against real ZooKeeper servers started by the test
 //! kit: the lock's API (basics), mutual exclusion under server failures
-//! (chaos), and sharing locks with python's kazoo (interop).
+//! (chaos), sharing locks with python's kazoo (interop), and the blocking
+//! client.
 
 mod basics;
+#[cfg(feature = "blocking")]
+mod blocking;
 mod chaos;
 mod interop;
 
