@@ -50,6 +50,7 @@ pub(crate) enum Backend {
 /// The builder's settings that apply to a store that counts as one member
 /// (an etcd cluster, a ZooKeeper ensemble).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
 pub(crate) struct Timing {
     pub(crate) node_timeout: Duration,
     pub(crate) connect_timeout: Duration,
