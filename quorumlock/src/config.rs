@@ -342,9 +342,10 @@ pub(crate) const ZK_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 /// session timeout is at least two ticks, so that is at most a quarter of
 /// the timeout). A follower cut off from the leader right after it answered
 /// may never pass the last heartbeat on, but it did pass on the one before,
-/// sent a heartbeat period (a third of this share or less) earlier. Two
-/// thirds, ZooKeeper's own client rule for declaring a connection dead,
-/// leaves a third of the timeout for both.
+/// sent at most a third of the timeout earlier (renewal comes at half the
+/// validity at the latest), so the session lives at least two thirds of
+/// the timeout past the last one's sending. Two thirds is also ZooKeeper's
+/// own client rule for declaring a connection dead.
 #[cfg(feature = "zookeeper")]
 pub(crate) const ZK_TRUSTED_SHARE: f64 = 2.0 / 3.0;
 
