@@ -34,7 +34,8 @@
 //! - [`zookeeper`]: a [`zookeeper::ZkEnsemble`] of one or three real
 //!   ZooKeeper servers on free loopback ports, killed when dropped; kill,
 //!   restart and SIGSTOP pauses of single servers, the leader (from
-//!   `srvr`), the children of a znode.
+//!   `srvr`), the children of a znode;
+//!   [`zookeeper_chaos`]: such an ensemble as a target of the checker.
 //! - [`cli`]: running the `quorumlock` binary in tests: a command over
 //!   some servers, a running quorumlock cleaned up after a failed assertion,
 //!   the files its command writes, and process state from /proc.
@@ -104,6 +105,7 @@ mod shim;
 pub mod skew;
 pub mod stall;
 pub mod zookeeper;
+pub mod zookeeper_chaos;
 
 use std::time::Duration;
 

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::etcd::{free_ports, poll};
-use crate::server::{hold_port, signal};
+use crate::server::{Paused, hold_port};
 
 /// What to tell a user whose machine has no ZooKeeper server or no kazoo.
 pub const ZOOKEEPER_INSTALL_HINT: &str = "ZooKeeper (java and /usr/share/java/zookeeper.jar) \
@@ -208,10 +208,8 @@ impl ZkEnsemble {
     /// Freezes server `i` with SIGSTOP until the returned guard is dropped
     /// (SIGCONT). While frozen, connects succeed but requests hang, and
     /// the others stop hearing from it.
-    pub fn pause(&self, i: usize) -> PausedServer {
-        let pid = self.pids()[i].unwrap_or_else(|| panic!("pause: ZooKeeper server s{i} is not running"));
-        signal(pid, "STOP");
-        PausedServer { pid }
+    pub fn pause(&self, i: usize) -> Paused {
+        Paused::stop(self.pids()[i].unwrap_or_else(|| panic!("pause: ZooKeeper server s{i} is not running")))
     }
 
     /// Whether server `i` has been started and not killed (a paused server
@@ -439,24 +437,6 @@ impl Drop for ZkEnsemble {
             self.kill(i);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A frozen ZooKeeper server; dropping it sends SIGCONT (also when a test
-/// panics).
-#[derive(Debug)]
-pub struct PausedServer {
-    pid: u32,
-}
-
-impl PausedServer {
-    /// Resumes the server now.
-    pub fn resume(self) {}
-}
-
-impl Drop for PausedServer {
-    fn drop(&mut self) {
-        signal(self.pid, "CONT");
     }
 }
 

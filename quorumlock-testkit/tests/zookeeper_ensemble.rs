@@ -2,14 +2,18 @@
 //! one leader, elects another when its leader is killed or paused, and
 //! takes the old one back; a kazoo client's ephemeral sequential znode
 //! shows in `children`, and goes with its session; one server runs
-//! standalone.
+//! standalone; each chaos action of a `ZkTarget` does what it says, as a
+//! kazoo client behind the target's proxies sees it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use quorumlock_testkit::faults::Target;
+use quorumlock_testkit::server::Paused;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
+use quorumlock_testkit::zookeeper_chaos::{ZkAction, ZkTarget};
 
 /// How long a new leader may take after the old one is killed: followers
 /// notice after half a second, and the election itself takes a few
@@ -144,7 +148,7 @@ zk.stop()
 fn pausing_the_leader_elects_another_and_it_rejoins_as_a_follower() {
     let zk = ZkEnsemble::start(3);
     let old = zk.leader();
-    let paused = zk.pause(old);
+    let paused: Paused = zk.pause(old);
     assert!(zk.is_running(old), "a paused server runs");
     // The paused leader does not answer; the others elect a new one.
     let new = zk.leader();
@@ -173,4 +177,213 @@ fn one_server_runs_standalone_and_pauses() {
     zk.restart(0);
     assert_ne!(zk.pids()[0], pid);
     assert_eq!(zk.leader(), 0);
+}
+
+/// How long a server that serves may take to answer a kazoo client's
+/// connect and write (a client retries a server that is not serving yet,
+/// e.g. one rejoining the ensemble, until then): room for a loaded CI
+/// machine.
+const ANSWER_LIMIT: Duration = Duration::from_secs(10);
+
+/// How long a server that must not answer is given to answer anyway: a
+/// serving one answers a connect within milliseconds, and a silent one
+/// never does, so waiting longer would show nothing more.
+const SILENCE: Duration = Duration::from_secs(2);
+
+/// For each host of `argv[2:]` alone, in turn: whether a kazoo client
+/// connects within `argv[1]` seconds and commits a sequential znode (a
+/// write needs the whole way: the proxy, the server, and a quorum with a
+/// leader behind it). Prints `serves` or `silent`, one line per host.
+const PROBE_SCRIPT: &str = r#"
+import sys
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+from kazoo.handlers.threading import KazooTimeoutError
+timeout = float(sys.argv[1])
+def serves(host):
+    zk = KazooClient(hosts=host, timeout=timeout)
+    try:
+        zk.start(timeout=timeout)
+    except KazooTimeoutError:
+        return False
+    try:
+        zk.create_async("/chaos/probe-", b"", sequence=True, makepath=True).get(timeout=timeout)
+        return True
+    except (KazooTimeoutError, ConnectionLoss):
+        return False
+    finally:
+        zk.stop()
+        zk.close()
+for host in sys.argv[2:]:
+    print("serves" if serves(host) else "silent", flush=True)
+"#;
+
+/// Whether a kazoo client given only `127.0.0.1:port` gets a write through
+/// within `limit`, for each of `ports`.
+fn serves(ports: &[u16], limit: Duration) -> Vec<bool> {
+    let output = Command::new("python3")
+        .args(["-c", PROBE_SCRIPT, &limit.as_secs_f64().to_string()])
+        .args(ports.iter().map(|p| format!("127.0.0.1:{p}")))
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answers: Vec<bool> = stdout.lines().map(|l| l == "serves").collect();
+    assert!(
+        output.status.success() && answers.len() == ports.len(),
+        "kazoo probe of {ports:?} failed ({}):\n{stdout}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    answers
+}
+
+/// The ports of the proxies in front of `servers`.
+fn proxy_ports(target: &ZkTarget, servers: impl IntoIterator<Item = usize>) -> Vec<u16> {
+    servers.into_iter().map(|i| target.proxy_port(i)).collect()
+}
+
+/// The ports of the proxies in front of every server but `i`.
+fn proxy_ports_except(target: &ZkTarget, i: usize) -> Vec<u16> {
+    proxy_ports(target, (0..target.ensemble.len()).filter(|&j| j != i))
+}
+
+/// CutOff silences one server's proxy only; Reconnect brings it back.
+fn cut_off_and_reconnect(target: &mut ZkTarget) {
+    let cut = 1;
+    target.apply(&ZkAction::CutOff(cut));
+    assert!(target.is_degraded());
+    assert_eq!(serves(&[target.proxy_port(cut)], SILENCE), [false]);
+    assert_eq!(
+        serves(&proxy_ports_except(target, cut), ANSWER_LIMIT),
+        [true, true]
+    );
+    // Cut off from the clients, not from the ensemble: it still serves
+    // a client that reaches it directly.
+    let direct = target.ensemble.client_port(cut);
+    assert_eq!(serves(&[direct], ANSWER_LIMIT), [true]);
+
+    target.apply(&ZkAction::Reconnect);
+    assert!(!target.is_degraded());
+    assert_eq!(serves(&[target.proxy_port(cut)], ANSWER_LIMIT), [true]);
+}
+
+/// KillFollower keeps the leader, KillLeader has the others elect a new
+/// one, and StartKilled brings each killed server back.
+fn kill_and_start(target: &mut ZkTarget) {
+    let leader = target.ensemble.leader();
+    target.apply(&ZkAction::KillFollower);
+    assert!(target.is_degraded());
+    let follower = (0..3)
+        .find(|&i| !target.ensemble.is_running(i))
+        .expect("a killed server");
+    assert_ne!(follower, leader);
+    assert_eq!(
+        target.ensemble.leader(),
+        leader,
+        "a follower's death keeps the leader"
+    );
+    assert_eq!(
+        serves(&proxy_ports_except(target, follower), ANSWER_LIMIT),
+        [true, true]
+    );
+    target.apply(&ZkAction::StartKilled);
+    assert!(target.ensemble.is_running(follower));
+    assert!(!target.is_degraded());
+
+    let elected = Instant::now();
+    target.apply(&ZkAction::KillLeader);
+    assert!(!target.ensemble.is_running(leader));
+    // Waits for the survivors to agree on a leader among themselves.
+    let new = target.ensemble.leader();
+    assert_ne!(new, leader);
+    eprintln!("s{new} leads {:?} after s{leader} was killed", elected.elapsed());
+    assert_eq!(
+        serves(&proxy_ports_except(target, leader), ANSWER_LIMIT),
+        [true, true]
+    );
+    target.apply(&ZkAction::StartKilled);
+    assert!(!target.is_degraded());
+    assert_eq!(
+        target.ensemble.leader(),
+        new,
+        "the old leader rejoins as a follower"
+    );
+    assert_eq!(serves(&proxy_ports(target, 0..3), ANSWER_LIMIT), [true; 3]);
+}
+
+/// PauseLeader silences the leader and has the others elect a new one;
+/// ResumeAll brings it back as a follower.
+fn pause_and_resume(target: &mut ZkTarget) {
+    let leader = target.ensemble.leader();
+    target.apply(&ZkAction::PauseLeader);
+    assert!(target.ensemble.is_running(leader), "a paused server runs");
+    assert!(target.is_degraded());
+    // The paused leader does not answer `srvr`, so this is the others'.
+    let new = target.ensemble.leader();
+    assert_ne!(new, leader);
+    assert_eq!(serves(&[target.proxy_port(leader)], SILENCE), [false]);
+    assert_eq!(
+        serves(&proxy_ports_except(target, leader), ANSWER_LIMIT),
+        [true, true]
+    );
+
+    target.apply(&ZkAction::ResumeAll);
+    assert!(!target.is_degraded());
+    // Waits until the resumed server serves again, under the new leader.
+    assert_eq!(target.ensemble.leader(), new);
+    assert_eq!(serves(&proxy_ports(target, 0..3), ANSWER_LIMIT), [true; 3]);
+}
+
+#[test]
+fn each_chaos_action_has_its_effect_on_three_servers() {
+    let started = Instant::now();
+    // The proxies run on this runtime's worker while the test thread
+    // blocks in the ensemble's calls and the kazoo probes.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let _proxies_run_here = runtime.enter();
+    let mut target = ZkTarget::new(ZkEnsemble::start(3));
+    let hosts: Vec<String> = (0..3)
+        .map(|i| format!("127.0.0.1:{}", target.proxy_port(i)))
+        .collect();
+    assert_eq!(target.urls(), [format!("zk://{}", hosts.join(","))]);
+    assert_eq!(target.connect_string(), hosts.join(","));
+    assert!((0..3).all(|i| target.proxy_port(i) != target.ensemble.client_port(i)));
+    assert!(!target.is_degraded());
+    assert_eq!(serves(&proxy_ports(&target, 0..3), ANSWER_LIMIT), [true; 3]);
+
+    cut_off_and_reconnect(&mut target);
+    kill_and_start(&mut target);
+    pause_and_resume(&mut target);
+    eprintln!(
+        "every chaos action applied and checked in {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn chaos_actions_read_as_what_they_do() {
+    let cases = [
+        (ZkAction::KillLeader, "kill the leader", "kill leader", true),
+        (ZkAction::KillFollower, "kill a follower", "kill follower", true),
+        (ZkAction::StartKilled, "start the killed servers", "start", false),
+        (ZkAction::PauseLeader, "pause the leader", "pause leader", true),
+        (ZkAction::ResumeAll, "resume the paused servers", "resume", false),
+        (
+            ZkAction::CutOff(2),
+            "cut server 2 off from the clients",
+            "cut off",
+            true,
+        ),
+        (ZkAction::Reconnect, "reconnect every server", "reconnect", false),
+    ];
+    for (action, text, kind, is_fault) in cases {
+        assert_eq!(action.to_string(), text);
+        assert_eq!(ZkTarget::kind(&action), kind);
+        assert_eq!(ZkTarget::is_fault(&action), is_fault, "{action}");
+    }
 }
