@@ -260,3 +260,76 @@ async fn bad_settings_are_config_errors_that_say_which() {
         other => panic!("expected a config error, got {other:?}"),
     }
 }
+
+/// A waiter on `a` queued behind a multi-resource lock on `a` and `b`
+/// created its node before that lock created its node on `b`: tokens taken
+/// from the nodes' creation zxids would go backwards here.
+#[tokio::test]
+async fn fencing_tokens_grow_across_a_multi_resource_holder_and_a_waiter_behind_it() {
+    let zk = ZkEnsemble::start(1);
+    let (y, x, z) = (client(&zk), client(&zk), client(&zk));
+    let first = y.lock("a", TTL).await.unwrap();
+    let both = tokio::spawn(async move { x.lock(["a", "b"], TTL).await.unwrap() });
+    eventually("the lock on a and b queued", Duration::from_secs(5), || {
+        zk.children("/a").len() == 2
+    })
+    .await;
+    let after = tokio::spawn(async move { z.lock("a", TTL).await.unwrap() });
+    eventually("the waiter on a queued", Duration::from_secs(5), || {
+        zk.children("/a").len() == 3
+    })
+    .await;
+    let first_fence = first.fence_token().unwrap();
+    first.release().await.unwrap();
+    let both = both.await.unwrap();
+    let both_fence = both.fence_token().unwrap();
+    assert!(both_fence > first_fence, "{both_fence} after {first_fence}");
+    both.release().await.unwrap();
+    let last = after.await.unwrap();
+    let last_fence = last.fence_token().unwrap();
+    assert!(last_fence > both_fence, "{last_fence} after {both_fence}");
+    last.release().await.unwrap();
+}
+
+/// A holder whose process stops (a stop-the-world pause: here its runtime
+/// is simply not driven) past its session timeout: the ensemble expires its
+/// session, another client takes the lock, and the holder, when it runs
+/// again, finds its lock not held and its loss signalled, with a smaller
+/// fencing token than the new holder's, whatever its ttl.
+#[test]
+fn a_holder_paused_past_its_session_timeout_finds_the_lock_lost() {
+    let zk = ZkEnsemble::start(1);
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (paused, running) = (runtime(), runtime());
+    let holder = paused.block_on(async { client(&zk) });
+    // A ttl far beyond the session timeout: the session bounds the validity.
+    let guard = paused
+        .block_on(holder.try_lock("frozen", Duration::from_secs(10)))
+        .unwrap()
+        .expect("free");
+    // From here on nothing drives the holder's runtime: no heartbeat, no
+    // ping of its session.
+    let taken = running.block_on(async {
+        let other = client(&zk);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(taken) = other.try_lock("frozen", TTL).await.unwrap() {
+                return taken;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the paused holder's session never expired"
+            );
+            tokio::time::sleep(ms(100)).await;
+        }
+    });
+    assert!(!guard.is_held(), "the paused holder still counts on its lock");
+    paused.block_on(guard.lost());
+    assert!(taken.fence_token() > guard.fence_token());
+    running.block_on(taken.release()).unwrap();
+}
