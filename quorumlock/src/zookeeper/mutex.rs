@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::nodes::{Nodes, Owned, delete_in_background};
+use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Store, ZkResult};
 use crate::config::ZK_WAITER_RECHECK;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
@@ -102,7 +102,7 @@ async fn attempt(
     deadline: Option<Instant>,
 ) -> Result<(Held, Nodes)> {
     let client = store.client().await?;
-    let token = random::token();
+    let token: Arc<str> = random::token().into();
     // One order for every contender of a multi-resource lock: two of them
     // never wait for each other's second resource.
     let mut names = resources.names().to_vec();
@@ -113,7 +113,8 @@ async fn attempt(
         .collect::<Result<Vec<_>>>()?;
     let mut undo = Undo {
         store,
-        owned: Vec::with_capacity(parents.len()),
+        token: Arc::clone(&token),
+        parents: Vec::with_capacity(parents.len()),
         armed: true,
     };
     if deadline.is_none() {
@@ -130,15 +131,16 @@ async fn attempt(
     // validity counts from its sending.
     let mut sent = Instant::now();
     let (mut fence, mut waited) = (0, false);
+    let mut owned = Vec::with_capacity(parents.len());
     for parent in &parents {
+        // Before the create: a create that fails may still have made a node.
+        undo.parents.push(parent.clone());
         let own = create(store, &client, parent, &token).await?;
-        undo.owned.push(own.clone());
         let first_seen_at = wait_first(store, &client, parent, &own, deadline, &mut waited).await?;
         fence = fence.max(first_seen_at);
+        owned.push(own);
     }
-    let nodes = Nodes {
-        owned: std::mem::take(&mut undo.owned),
-    };
+    let nodes = Nodes { owned };
     if waited {
         // The session may have expired while we waited (our nodes with it),
         // and someone may have deleted a node of ours: a lock is ours only
@@ -151,19 +153,15 @@ async fn attempt(
         );
         synced.map_err(|e| store.failed(&e))?;
         if !present.map_err(|e| store.failed(&e))? {
-            undo.owned = nodes.owned;
             return Err(store.lost());
         }
     }
     let lease = store.lease(&client, sent, ttl);
-    if let Err(error) = lease.left(options.min_validity) {
-        undo.owned = nodes.owned;
-        return Err(error);
-    }
+    lease.left(options.min_validity)?;
     undo.armed = false;
     let acquired = Acquisition {
         resources: resources.clone(),
-        token: token.into(),
+        token,
         // Zxids start at 1 and only grow.
         fence: Some(fence.unsigned_abs()),
         lease,
@@ -172,20 +170,21 @@ async fn attempt(
     Ok((Held::new(acquired, options), nodes))
 }
 
-/// Deletes the nodes of an attempt that did not succeed.
+/// Deletes the nodes of an attempt that did not succeed: every node named
+/// after its token under the parents it tried to create one in.
 struct Undo<'a> {
     store: &'a Arc<Store>,
-    owned: Vec<Owned>,
+    token: Arc<str>,
+    parents: Vec<String>,
     armed: bool,
 }
 
 impl Drop for Undo<'_> {
     fn drop(&mut self) {
-        if self.armed && !self.owned.is_empty() {
-            let nodes = Arc::new(Nodes {
-                owned: std::mem::take(&mut self.owned),
-            });
-            delete_in_background(self.store, &nodes, self.store.url.session_timeout);
+        if self.armed && !self.parents.is_empty() {
+            let parents = std::mem::take(&mut self.parents);
+            let retry_for = self.store.url.session_timeout;
+            delete_by_token(self.store, parents, self.token.to_string(), retry_for);
         }
     }
 }

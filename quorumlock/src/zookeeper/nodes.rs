@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Client, MultiReadResult};
 
+use super::mutex::line;
 use super::{Store, ZkResult};
 use crate::config::ZK_RETRY;
 use crate::error::Result;
@@ -102,6 +103,45 @@ pub(crate) fn delete_in_background(store: &Arc<Store>, nodes: &Arc<Nodes>, retry
             tokio::time::sleep(ZK_RETRY).await;
         }
     });
+}
+
+/// Deletes, in the background and as tracked work, every node named after
+/// `token` under `parents`: the nodes of an attempt that did not succeed,
+/// including one whose create was answered by nothing (a lost connection,
+/// a timeout) and so may exist unknown to the attempt. Listing after the
+/// create on the same session sees it, because a session's requests are
+/// served in the order sent. Tried again every [`ZK_RETRY`] for up to
+/// `retry_for`; never blocks.
+pub(crate) fn delete_by_token(store: &Arc<Store>, parents: Vec<String>, token: String, retry_for: Duration) {
+    let task_store = Arc::clone(store);
+    let until = Instant::now() + retry_for;
+    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
+        loop {
+            let Err(error) = delete_named(&task_store, &parents, &token).await else {
+                return;
+            };
+            if Instant::now() + ZK_RETRY >= until {
+                tracing::warn!(%error, "ZooKeeper cleanup of a failed attempt failed; its nodes end with the session");
+                return;
+            }
+            tokio::time::sleep(ZK_RETRY).await;
+        }
+    });
+}
+
+/// Deletes every contender node under `parents` whose name starts with `token`.
+async fn delete_named(store: &Store, parents: &[String], token: &str) -> Result<()> {
+    let client = store.client().await?;
+    for parent in parents {
+        let line = line(store, &client, parent).await?;
+        for name in line.contenders.iter().filter(|name| name.starts_with(token)) {
+            match store.call(client.delete(&format!("{parent}/{name}"), None)).await {
+                Ok(()) | Err(zookeeper_client::Error::NoNode) => {}
+                Err(error) => return Err(store.failed(&error)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Gives `held` back in the background (a dropped guard, a lost lock).

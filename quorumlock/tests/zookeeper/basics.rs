@@ -333,3 +333,28 @@ fn a_holder_paused_past_its_session_timeout_finds_the_lock_lost() {
     assert!(taken.fence_token() > guard.fence_token());
     running.block_on(taken.release()).unwrap();
 }
+
+/// An attempt dropped at any point (here by a timeout, at every moment of
+/// its first milliseconds, its create among them) leaves no node behind: a
+/// node it made without learning of it would hold up the line until its
+/// session ends.
+#[tokio::test]
+async fn an_attempt_dropped_at_any_point_leaves_no_node() {
+    let zk = ZkEnsemble::start(1);
+    let redlock = client(&zk);
+    // The session first, so that the timeouts below fall inside attempts.
+    drop(redlock.try_lock("warm", TTL).await.unwrap());
+    for micros in (0..6000).step_by(150) {
+        let attempt = redlock.lock("dropped", TTL);
+        if let Ok(taken) = tokio::time::timeout(Duration::from_micros(micros), attempt).await {
+            taken.unwrap().release().await.unwrap();
+        }
+    }
+    eventually(
+        "every dropped attempt's node deleted",
+        Duration::from_secs(5),
+        || zk.children("/dropped").is_empty(),
+    )
+    .await;
+    assert!(client(&zk).try_lock("dropped", TTL).await.unwrap().is_some());
+}
