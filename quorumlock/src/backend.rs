@@ -19,6 +19,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::Timing;
 use crate::error::{Error, Result, Setting};
 #[cfg(feature = "etcd")]
 use crate::etcd;
@@ -29,6 +30,9 @@ use crate::lock::resources::Resources;
 use crate::lock::shared::Shared;
 use crate::lock::waiter;
 use crate::options::LockOptions;
+#[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
+use crate::redact::redact_url;
+use crate::tasks::Tasks;
 #[cfg(feature = "zookeeper")]
 use crate::zookeeper;
 
@@ -45,17 +49,6 @@ pub(crate) enum Backend {
     /// majority: `zk://`.
     #[cfg(feature = "zookeeper")]
     ZooKeeper(Arc<zookeeper::Store>),
-}
-
-/// The builder's settings that apply to a store that counts as one member
-/// (an etcd cluster, a ZooKeeper ensemble).
-#[derive(Clone, Copy, Debug)]
-#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
-pub(crate) struct Timing {
-    pub(crate) node_timeout: Duration,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) drift_factor: f64,
-    pub(crate) drift_fixed: Duration,
 }
 
 impl Backend {
@@ -226,4 +219,56 @@ pub(crate) fn cluster_url(urls: &[&str], nodes: usize) -> Result<Option<ClusterU
         ));
     };
     Ok(Some(make(urls.join(","))))
+}
+
+/// The backend of a cluster URL among the node URLs, if there is one (see
+/// [`cluster_url`]).
+pub(crate) fn cluster(
+    urls: &[&str],
+    nodes: usize,
+    timing: Timing,
+    tasks: &Arc<Tasks>,
+) -> Result<Option<Backend>> {
+    match cluster_url(urls, nodes)? {
+        None => Ok(None),
+        Some(ClusterUrl::Etcd(url)) => etcd(&url, timing, tasks).map(Some),
+        Some(ClusterUrl::ZooKeeper(url)) => zookeeper(&url, timing, tasks).map(Some),
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn etcd(url: &str, timing: Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
+    let url = etcd::EtcdUrl::parse(url)?;
+    url.check_files()?;
+    let store = etcd::Store::new(url, timing, Arc::clone(tasks));
+    Ok(Backend::Etcd(Arc::new(store)))
+}
+
+#[cfg(feature = "zookeeper")]
+fn zookeeper(url: &str, timing: Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
+    let url = zookeeper::ZkUrl::parse(url)?;
+    let store = zookeeper::Store::new(url, timing, Arc::clone(tasks));
+    Ok(Backend::ZooKeeper(Arc::new(store)))
+}
+
+/// A backend this build lacks: which feature it needs.
+#[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
+fn missing_feature(url: &str, feature: &str) -> Error {
+    Error::config(
+        Setting::Nodes,
+        format!(
+            "{}: this URL needs the `{feature}` feature of quorumlock",
+            redact_url(url)
+        ),
+    )
+}
+
+#[cfg(not(feature = "etcd"))]
+fn etcd(url: &str, _timing: Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
+    Err(missing_feature(url, "etcd"))
+}
+
+#[cfg(not(feature = "zookeeper"))]
+fn zookeeper(url: &str, _timing: Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
+    Err(missing_feature(url, "zookeeper"))
 }

@@ -4,23 +4,19 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::{self, Backend, ClusterUrl};
+use crate::backend::{self, Backend};
 use crate::client::Redlock;
 use crate::config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
-    DEFAULT_NODE_TIMEOUT, MAX_TTL,
+    DEFAULT_NODE_TIMEOUT, MAX_TTL, Timing,
 };
 use crate::error::{Error, Result, Setting};
-#[cfg(feature = "etcd")]
-use crate::etcd;
 use crate::lock::shared::Shared;
 use crate::node::{Node, ReplicaAck};
 use crate::options::LockOptions;
 use crate::quorum::Quorum;
 use crate::redact::redact_url;
 use crate::tasks::Tasks;
-#[cfg(feature = "zookeeper")]
-use crate::zookeeper;
 
 /// One node as given to the builder, parsed in [`RedlockBuilder::build`].
 // Built once per node at configuration time; with `tls` a client is large,
@@ -400,7 +396,7 @@ impl RedlockBuilder {
     }
 
     /// The backend other than Redis that the node URLs name, if any (see
-    /// [`backend::cluster_url`]).
+    /// [`backend::cluster`]).
     fn other_backend(&self, tasks: &Arc<Tasks>) -> Result<Option<Backend>> {
         let urls: Vec<&str> = self
             .nodes
@@ -410,63 +406,21 @@ impl RedlockBuilder {
                 NodeSpec::Client(_) => None,
             })
             .collect();
-        let Some(url) = backend::cluster_url(&urls, self.nodes.len())? else {
-            return Ok(None);
-        };
-        if self.replica_ack.is_some() {
-            return Err(Error::config(
-                Setting::ReplicaAck,
-                "replica acknowledgement is for Redis nodes; etcd and ZooKeeper acknowledge a write once a majority of their members has it",
-            ));
-        }
-        let timing = backend::Timing {
+        let timing = Timing {
             node_timeout: self.node_timeout,
             connect_timeout: self.connect_timeout,
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
         };
-        match url {
-            ClusterUrl::Etcd(url) => etcd(&url, timing, tasks).map(Some),
-            ClusterUrl::ZooKeeper(url) => zookeeper(&url, timing, tasks).map(Some),
+        let cluster = backend::cluster(&urls, self.nodes.len(), timing, tasks)?;
+        if cluster.is_some() && self.replica_ack.is_some() {
+            return Err(Error::config(
+                Setting::ReplicaAck,
+                "replica acknowledgement is for Redis nodes; etcd and ZooKeeper acknowledge a write once a majority of their members has it",
+            ));
         }
+        Ok(cluster)
     }
-}
-
-#[cfg(feature = "etcd")]
-fn etcd(url: &str, timing: backend::Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
-    let url = etcd::EtcdUrl::parse(url)?;
-    url.check_files()?;
-    let store = etcd::Store::new(url, timing, Arc::clone(tasks));
-    Ok(Backend::Etcd(Arc::new(store)))
-}
-
-#[cfg(feature = "zookeeper")]
-fn zookeeper(url: &str, timing: backend::Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
-    let url = zookeeper::ZkUrl::parse(url)?;
-    let store = zookeeper::Store::new(url, timing, Arc::clone(tasks));
-    Ok(Backend::ZooKeeper(Arc::new(store)))
-}
-
-/// A backend this build lacks: which feature it needs.
-#[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
-fn missing_feature(url: &str, feature: &str) -> Error {
-    Error::config(
-        Setting::Nodes,
-        format!(
-            "{}: this URL needs the `{feature}` feature of quorumlock",
-            redact_url(url)
-        ),
-    )
-}
-
-#[cfg(not(feature = "etcd"))]
-fn etcd(url: &str, _timing: backend::Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
-    Err(missing_feature(url, "etcd"))
-}
-
-#[cfg(not(feature = "zookeeper"))]
-fn zookeeper(url: &str, _timing: backend::Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
-    Err(missing_feature(url, "zookeeper"))
 }
 
 #[cfg(test)]

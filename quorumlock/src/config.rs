@@ -364,3 +364,14 @@ pub(crate) const ZK_RETRY: Duration = Duration::from_millis(100);
 /// watch costs a waiter.
 #[cfg(feature = "zookeeper")]
 pub(crate) const ZK_WAITER_RECHECK: Duration = Duration::from_millis(500);
+
+/// The builder's settings that apply to a store that counts as one member
+/// (an etcd cluster, a ZooKeeper ensemble).
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+pub(crate) struct Timing {
+    pub(crate) node_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) drift_factor: f64,
+    pub(crate) drift_fixed: Duration,
+}

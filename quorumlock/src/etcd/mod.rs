@@ -45,7 +45,7 @@ pub(crate) use lease::{Keys, give_back, give_back_in_background};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
-use crate::backend::Timing;
+use crate::config::Timing;
 use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;

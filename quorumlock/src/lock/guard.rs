@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+pub use super::release::ReleaseReport;
 use super::release::{give_back, release_in_background};
 use super::shared::Shared;
 use super::state::Held;
@@ -14,7 +15,7 @@ use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
 #[cfg(feature = "etcd")]
 use crate::etcd;
-use crate::quorum::{Tally, Until};
+use crate::quorum::Until;
 use crate::wire::lock::Extend;
 #[cfg(feature = "zookeeper")]
 use crate::zookeeper;
@@ -89,44 +90,6 @@ impl fmt::Debug for Guard {
             .field("valid_until", &self.held.valid_until())
             .field("valid", &self.held.is_held())
             .finish_non_exhaustive()
-    }
-}
-
-/// What [`Guard::release`] achieved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseReport {
-    /// Nodes configured.
-    pub nodes: usize,
-    /// Nodes that answered before the release returned: our token is no
-    /// longer there. At least a majority; the other nodes' deletes complete
-    /// in the background.
-    pub confirmed: usize,
-    /// Of those, nodes where our token was still present and was deleted
-    /// (the others had already expired or lost it).
-    pub deleted: usize,
-    /// Of those, nodes where our token was still present and was kept, to
-    /// expire at [`ReleaseReport::kept_until`].
-    pub kept: usize,
-    /// Set when the lock was given back before its minimum hold
-    /// ([`crate::LockOptions::min_hold`]) had passed: its keys were not
-    /// deleted, and expire at this instant. Until then nobody else can
-    /// take the lock.
-    pub kept_until: Option<Instant>,
-}
-
-impl ReleaseReport {
-    /// The release on a store that counts as one member (an etcd cluster, a
-    /// ZooKeeper ensemble): its keys `deleted`, or kept until `kept_until`.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-    fn one_member(deleted: bool, kept_until: Option<Instant>) -> ReleaseReport {
-        ReleaseReport {
-            nodes: 1,
-            confirmed: 1,
-            deleted: usize::from(deleted),
-            kept: usize::from(kept_until.is_some()),
-            kept_until,
-        }
     }
 }
 
@@ -409,7 +372,7 @@ impl Guard {
             Store::Redis { shared, holder, .. } => {
                 let given = give_back(&shared.quorum, &self.held, None, Until::Answered).await;
                 shared.holders.remove(*holder);
-                Self::report(given.tally, given.kept_until)
+                ReleaseReport::from_tally(given.tally, given.kept_until)
             }
             // A lock lost first was given back by its renewal task.
             #[cfg(any(feature = "etcd", feature = "zookeeper"))]
@@ -426,27 +389,6 @@ impl Guard {
         self.released = true;
         tracing::debug!(resources = ?self.resources(), ?report, "lock released");
         report
-    }
-
-    /// What a Redlock release achieved, or the error when no majority
-    /// answered.
-    fn report(tally: Tally, kept_until: Option<Instant>) -> Result<ReleaseReport> {
-        let (deleted, kept) = match kept_until {
-            Some(_) => (0, tally.ok),
-            None => (tally.ok, 0),
-        };
-        let report = ReleaseReport {
-            nodes: tally.nodes,
-            confirmed: tally.ok + tally.refused,
-            deleted,
-            kept,
-            kept_until,
-        };
-        if report.confirmed >= tally.quorum() {
-            Ok(report)
-        } else {
-            Err(tally.unreachable())
-        }
     }
 
     fn is_closed(&self) -> bool {

@@ -2,7 +2,7 @@
 //! ZooKeeper side of `Redlock::inspect`, `unlock` and `force_unlock`.
 
 use super::Store;
-use super::mutex::{LOCK_MARK, line};
+use super::line::{LOCK_MARK, line};
 use crate::error::{Error, NodeErrorKind};
 
 /// The line of one resource: its holder, and how many wait behind it.

@@ -25,6 +25,7 @@
 mod heartbeat;
 mod hold;
 mod inspect;
+mod line;
 mod mutex;
 mod nodes;
 mod url;
@@ -42,7 +43,7 @@ pub(crate) use mutex::acquire;
 pub(crate) use nodes::{Nodes, give_back, give_back_in_background};
 pub(crate) use url::ZkUrl;
 
-use crate::backend::Timing;
+use crate::config::Timing;
 use crate::config::{MAX_TTL, ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;

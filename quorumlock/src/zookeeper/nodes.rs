@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Client, MultiReadResult};
 
-use super::mutex::line;
+use super::line::line;
 use super::{Store, ZkResult};
 use crate::config::ZK_RETRY;
 use crate::error::Result;
