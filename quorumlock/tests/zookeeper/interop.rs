@@ -48,7 +48,13 @@ fn now_ns() -> u128 {
 fn intervals(text: &str) -> Vec<(u128, u128)> {
     let numbers: Vec<u128> = text
         .lines()
-        .map(|line| line.split_whitespace().nth(1).expect("a time").parse().expect("ns"))
+        .map(|line| {
+            line.split_whitespace()
+                .nth(1)
+                .expect("a time")
+                .parse()
+                .expect("ns")
+        })
         .collect();
     numbers.chunks(2).map(|pair| (pair[0], pair[1])).collect()
 }
@@ -103,7 +109,12 @@ async fn quorumlock_and_kazoo_lock_exclude_each_other() {
     all.extend(ours.lock().unwrap().iter().copied());
     all.sort_unstable();
     for pair in all.windows(2) {
-        assert!(pair[0].1 <= pair[1].0, "two holders at once: {:?} and {:?}", pair[0], pair[1]);
+        assert!(
+            pair[0].1 <= pair[1].0,
+            "two holders at once: {:?} and {:?}",
+            pair[0],
+            pair[1]
+        );
     }
     assert!(zk.children("/shared").is_empty(), "{:?}", zk.children("/shared"));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -128,7 +139,11 @@ zk.stop()
         .args(["-c", script, &zk.connect_string()])
         .output()
         .expect("python3 runs");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), guard.token());
     guard.release().await.unwrap();
 }
