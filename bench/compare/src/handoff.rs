@@ -1,10 +1,9 @@
 //! (e) contended hand-off: 16 waiters take turns on one resource on 3
 //! nodes (and, as more setups, on three etcd members and on three ZooKeeper
-//! servers), holding it 1 ms
-//! each time. A task that released queues again only after someone else
-//! acquired, so every hand-off goes to a waiter. The fenced setup takes
-//! turns as the plain one on one client does, each acquisition also
-//! agreeing on a fencing token.
+//! servers), holding it 1 ms each time. A task that released queues again
+//! only after someone else acquired, so every hand-off goes to a waiter.
+//! The fenced setup takes turns as the plain one on one client does, each
+//! acquisition also agreeing on a fencing token.
 //!
 //! Measured per round: the gap from the holder calling release to the next
 //! holder's lock call returning (the time the resource sits idle), hand-offs
@@ -20,8 +19,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::consensus::Store;
-use crate::contender::Kind;
-use crate::contender::TTL;
+use crate::contender::{Kind, TTL};
 use crate::cpu;
 use crate::nodes::Nodes;
 use crate::stats;
