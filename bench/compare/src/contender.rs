@@ -11,8 +11,9 @@
 //!   (the shape of redlock, without its new connection per command).
 //! - quorumlock: `try_lock` + `release` with the default settings
 //!   (auto-renewal on), plain or fenced.
-//! - quorumlock on etcd: the same `try_lock` + `release`, through a client
-//!   on the `etcd://` URL of a three-member cluster (see [`crate::etcd`]).
+//! - quorumlock on etcd or ZooKeeper: the same `try_lock` + `release`,
+//!   through a client on the `etcd://` URL of a three-member cluster or the
+//!   `zk://` URL of a three-server ensemble (see [`crate::consensus`]).
 //! - rslock: `LockManager::lock` + `unlock` (concurrent fan-out, waits for
 //!   every node).
 //! - redlock: `RedLock::lock` + `unlock` (synchronous, sequential, a new
@@ -46,6 +47,7 @@ pub enum Kind {
     Rslock,
     Redlock,
     Etcd,
+    ZooKeeper,
 }
 
 impl Kind {
@@ -60,6 +62,7 @@ impl Kind {
             "rslock" => Kind::Rslock,
             "redlock" => Kind::Redlock,
             "etcd" => Kind::Etcd,
+            "zookeeper" => Kind::ZooKeeper,
             _ => return None,
         })
     }
@@ -80,6 +83,7 @@ impl Kind {
             Kind::Rslock => "rslock 0.10",
             Kind::Redlock => "redlock 2.0",
             Kind::Etcd => "quorumlock on etcd (3 members)",
+            Kind::ZooKeeper => "quorumlock on ZooKeeper (3 servers)",
         }
     }
 }
@@ -98,8 +102,9 @@ impl Contender {
     pub async fn connect(kind: Kind, urls: &[String], warm: bool) -> Contender {
         let contender = match kind {
             Kind::Raw | Kind::RawAll | Kind::RawSeq => Contender::Raw(Raw::connect(kind, urls).await),
-            // `urls` is one etcd:// URL for etcd: the builder tells the stores apart.
-            Kind::Ours | Kind::Fenced | Kind::Etcd => {
+            // `urls` is one etcd:// or zk:// URL for a consensus store: the
+            // builder tells the stores apart.
+            Kind::Ours | Kind::Fenced | Kind::Etcd | Kind::ZooKeeper => {
                 let redlock = quorumlock::Redlock::builder()
                     .nodes(urls.iter().cloned())
                     .build()

@@ -1,9 +1,9 @@
 //! (e) contended hand-off: 16 waiters take turns on one resource on 3
-//! nodes (and, as one more setup, on three etcd members), holding it 1 ms
-//! each time. A task that released queues again only after someone else
-//! acquired, so every hand-off goes to a waiter. The fenced setup takes
-//! turns as the plain one on one client does, each acquisition also
-//! agreeing on a fencing token.
+//! nodes (and, as more setups, on three etcd members and on three ZooKeeper
+//! servers), holding it 1 ms each time. A task that released queues again
+//! only after someone else acquired, so every hand-off goes to a waiter.
+//! The fenced setup takes turns as the plain one on one client does, each
+//! acquisition also agreeing on a fencing token.
 //!
 //! Measured per round: the gap from the holder calling release to the next
 //! holder's lock call returning (the time the resource sits idle), hand-offs
@@ -18,9 +18,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::contender::TTL;
+use crate::consensus::Store;
+use crate::contender::{Kind, TTL};
 use crate::cpu;
-use crate::etcd::Etcd;
 use crate::nodes::Nodes;
 use crate::stats;
 
@@ -49,6 +49,9 @@ pub enum Setup {
     /// quorumlock on a three-member etcd cluster, 16 tasks sharing one
     /// client: `lock` waits in etcd's queue, woken by a watch.
     Etcd,
+    /// quorumlock on a three-server ZooKeeper ensemble, 16 tasks sharing
+    /// one client: `lock` waits in the lock recipe's queue, woken by a watch.
+    ZooKeeper,
 }
 
 impl Setup {
@@ -67,13 +70,32 @@ impl Setup {
             Setup::OursFenced => "quorumlock fenced, 16 tasks on one client",
             Setup::Rslock => "rslock 0.10 (polling), 16 managers",
             Setup::Etcd => "quorumlock on etcd (3 members), 16 tasks on one client",
+            Setup::ZooKeeper => "quorumlock on ZooKeeper (3 servers), 16 tasks on one client",
+        }
+    }
+
+    /// The setup on the consensus store `kind`.
+    fn on_store(kind: Kind) -> Setup {
+        match kind {
+            Kind::Etcd => Setup::Etcd,
+            Kind::ZooKeeper => Setup::ZooKeeper,
+            _ => panic!("{kind:?} is not a consensus store"),
+        }
+    }
+
+    /// The consensus store its waiters lock on, if not the Redis nodes.
+    pub fn store(self) -> Option<Kind> {
+        match self {
+            Setup::Etcd => Some(Kind::Etcd),
+            Setup::ZooKeeper => Some(Kind::ZooKeeper),
+            _ => None,
         }
     }
 
     /// Whether its waiters talk to the Redis nodes (whose commands a round
     /// counts).
     pub fn on_redis(self) -> bool {
-        self != Setup::Etcd
+        self.store().is_none()
     }
 }
 
@@ -129,17 +151,18 @@ impl Round {
     }
 }
 
-/// Every setup's rounds, in the order of [`Setup::ALL`], then the etcd
-/// setup's if `etcd` is given.
+/// Every setup's rounds, in the order of [`Setup::ALL`], then those of the
+/// consensus `stores`.
 pub async fn run(
     nodes: &Nodes,
     rounds: usize,
     target: usize,
     warmup: usize,
-    etcd: Option<&Etcd>,
+    stores: &[Store],
 ) -> Vec<(Setup, Vec<Round>)> {
-    let setups: Vec<Setup> = Setup::ALL.into_iter().chain(etcd.map(|_| Setup::Etcd)).collect();
-    let waiters = waiters(nodes, &setups, etcd);
+    let on_stores = stores.iter().map(|s| Setup::on_store(s.kind()));
+    let setups: Vec<Setup> = Setup::ALL.into_iter().chain(on_stores).collect();
+    let waiters = waiters(nodes, &setups, stores);
     // Connections, subscriptions and script caches first.
     for (i, setup) in setups.iter().enumerate() {
         take_turns(nodes, &waiters[i], &format!("e:warmup:{setup:?}"), warmup).await;
@@ -167,7 +190,7 @@ pub async fn run(
 }
 
 /// The waiters of every setup, in the order of `setups`.
-fn waiters(nodes: &Nodes, setups: &[Setup], etcd: Option<&Etcd>) -> Vec<Vec<Waiter>> {
+fn waiters(nodes: &Nodes, setups: &[Setup], stores: &[Store]) -> Vec<Vec<Waiter>> {
     let urls = nodes.direct(N);
     let build = || {
         quorumlock::Redlock::builder()
@@ -182,7 +205,10 @@ fn waiters(nodes: &Nodes, setups: &[Setup], etcd: Option<&Etcd>) -> Vec<Vec<Wait
             .with_options(redlock.options().fenced(true))
             .expect("fenced options")
     };
-    let on_etcd = etcd.map(Etcd::client);
+    let on_store = |kind: Kind| {
+        let store = stores.iter().find(|s| s.kind() == kind);
+        store.expect("a store's setup runs with the store").client()
+    };
     let mut waiters: Vec<Vec<Waiter>> = Vec::new();
     for setup in setups {
         let ours =
@@ -194,7 +220,7 @@ fn waiters(nodes: &Nodes, setups: &[Setup], etcd: Option<&Etcd>) -> Vec<Vec<Wait
             Setup::Rslock => (0..WAITERS)
                 .map(|_| Waiter::Rslock(rslock::LockManager::new(urls.clone())))
                 .collect(),
-            Setup::Etcd => ours(on_etcd.as_ref().expect("the etcd setup runs with a cluster")),
+            Setup::Etcd | Setup::ZooKeeper => ours(&on_store(setup.store().expect("a store"))),
         });
     }
     waiters

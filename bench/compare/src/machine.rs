@@ -11,6 +11,8 @@ pub struct Machine {
     pub redis: String,
     /// `etcd --version`, its first line.
     pub etcd: String,
+    /// The Debian package's version: the server has no version flag.
+    pub zookeeper: String,
     pub rustc: String,
     /// `YYYY-MM-DD HH:MM UTC`.
     pub date: String,
@@ -48,6 +50,7 @@ impl Machine {
                 .map_or("unknown".into(), |l| {
                     l.trim_start_matches("etcd Version: ").to_owned()
                 }),
+            zookeeper: output("dpkg-query", &["-W", "-f", "${Version}", "zookeeper"]),
             rustc: output("rustc", &["--version"]),
             date: utc_now(),
             command: command.trim_end().to_owned(),

@@ -1,6 +1,7 @@
 //! quorumlock against the raw limit and the peer crates rslock and redlock,
 //! measured in one run on local redis-server nodes that this program starts,
-//! and beside them quorumlock on a local three-member etcd cluster.
+//! and beside them quorumlock on local consensus stores: a three-member etcd
+//! cluster and a three-server ZooKeeper ensemble.
 //!
 //! ```text
 //! cargo run -p quorumlock-compare --release            # full run, writes docs/
@@ -13,13 +14,14 @@
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
 //! black-holed; (e) contended hand-off; (f) fenced vs plain (in
 //! the rounds of (a)). Scenarios (a), (b) and (e) also run quorumlock on
-//! etcd (in the N=5 rounds of (a) and (b)). Rounds alternate between
-//! contenders so that the noise of a shared machine hits all alike; tables
-//! give medians over rounds and ratios computed within rounds.
+//! etcd and on ZooKeeper (in the N=5 rounds of (a) and (b)). Rounds
+//! alternate between contenders so that the noise of a shared machine hits
+//! all alike; tables give medians over rounds and ratios computed within
+//! rounds.
 
+mod consensus;
 mod contender;
 mod cpu;
-mod etcd;
 mod handoff;
 mod machine;
 mod network;
@@ -154,7 +156,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f]
-       quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd \
+       quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd|zookeeper \
                           [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
 fn args() -> Args {
@@ -199,17 +201,18 @@ fn args() -> Args {
     }
 }
 
-/// `--loop`: one contender cycling on local nodes (or etcd members),
+/// `--loop`: one contender cycling on local nodes (or a consensus store),
 /// nothing else, so that a profiler (`perf record -g`) sees only its costs.
 fn profile_loop(kind: Kind, args: &Args) {
     let nodes = nodes::Nodes::start(args.nodes);
-    let etcd = (kind == Kind::Etcd).then(etcd::Etcd::start);
-    let urls = etcd
+    let store = consensus::is_store(kind).then(|| consensus::Store::start(kind));
+    let urls = store
         .as_ref()
-        .map_or_else(|| nodes.direct(args.nodes), etcd::Etcd::urls);
+        .map_or_else(|| nodes.direct(args.nodes), consensus::Store::urls);
     let store_cpu = || {
-        etcd.as_ref()
-            .map_or_else(|| nodes.cpu(args.nodes), etcd::Etcd::cpu)
+        store
+            .as_ref()
+            .map_or_else(|| nodes.cpu(args.nodes), consensus::Store::cpu)
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -272,19 +275,22 @@ fn main() {
         .build()
         .expect("runtime");
     let wants = |c: char| args.only.contains(c);
-    let etcd = (wants('a') || wants('b') || wants('e')).then(etcd::Etcd::start);
+    let stores = match wants('a') || wants('b') || wants('e') {
+        true => consensus::Store::start_all(),
+        false => Vec::new(),
+    };
     let mut results = Results::default();
     runtime.block_on(async {
         if wants('a') || wants('f') {
             eprintln!("(a, f) one task, uncontended");
             results.single =
-                Some(single::run(&nodes, settings.single_rounds, settings.single, etcd.as_ref()).await);
+                Some(single::run(&nodes, settings.single_rounds, settings.single, &stores).await);
             nodes.flush();
         }
         if wants('b') {
             eprintln!("(b) throughput");
             let (rounds, window) = (settings.throughput_rounds, settings.window);
-            results.throughput = Some(throughput::run(&nodes, rounds, window, etcd.as_ref()).await);
+            results.throughput = Some(throughput::run(&nodes, rounds, window, &stores).await);
             nodes.flush();
         }
         if wants('c') || wants('d') {
@@ -300,7 +306,7 @@ fn main() {
                 settings.handoff_target,
                 settings.handoff_warmup,
             );
-            results.handoff = Some(handoff::run(&nodes, rounds, target, warmup, etcd.as_ref()).await);
+            results.handoff = Some(handoff::run(&nodes, rounds, target, warmup, &stores).await);
         }
     });
     // Background work of the clients (pending requests, subscriptions) ends
@@ -313,7 +319,7 @@ fn main() {
         .unwrap_or_else(|e| panic!("writing {}: {e}", args.out.display()));
     eprintln!("wrote {}", args.out.join("benchmarks.md").display());
     drop(nodes);
-    drop(etcd);
+    drop(stores);
     if settings.smoke {
         smoke_checks(&results, &targets);
     }
@@ -426,7 +432,13 @@ fn smoke_checks(results: &Results, targets: &[targets::Target]) {
     let checked = |kind: Kind| {
         matches!(
             kind,
-            Kind::Raw | Kind::RawAll | Kind::RawSeq | Kind::Ours | Kind::Fenced | Kind::Etcd
+            Kind::Raw
+                | Kind::RawAll
+                | Kind::RawSeq
+                | Kind::Ours
+                | Kind::Fenced
+                | Kind::Etcd
+                | Kind::ZooKeeper
         )
     };
     let network = results.network.as_ref();

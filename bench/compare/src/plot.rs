@@ -6,7 +6,7 @@ use std::path::Path;
 use plotters::prelude::*;
 
 /// Line colours, one per contender in the order of `contender::Kind`.
-const COLORS: [RGBColor; 8] = [
+const COLORS: [RGBColor; 9] = [
     RGBColor(0x44, 0x44, 0x44), // raw
     RGBColor(0x99, 0x99, 0x99), // raw (all)
     RGBColor(0x2c, 0xa0, 0x2c), // raw sequential
@@ -15,6 +15,7 @@ const COLORS: [RGBColor; 8] = [
     RGBColor(0xd6, 0x27, 0x28), // rslock
     RGBColor(0xe6, 0x8a, 0x00), // redlock
     RGBColor(0x94, 0x67, 0xbd), // quorumlock on etcd
+    RGBColor(0x8c, 0x56, 0x4b), // quorumlock on ZooKeeper
 ];
 
 /// One line: a name, its (x, y) points, a colour (index into the palette)

@@ -1,7 +1,7 @@
 //! The markdown tables of a run, one section per scenario, and the
 //! targets checked against their figures (see [`crate::targets`]).
 
-mod etcd;
+mod consensus;
 mod handoff;
 mod throughput;
 
@@ -45,6 +45,7 @@ fn machine_table(md: &mut String, m: &Machine, s: &Settings) {
     let _ = writeln!(md, "| kernel | {} |", m.kernel);
     let _ = writeln!(md, "| redis-server | {} |", m.redis);
     let _ = writeln!(md, "| etcd | {} |", m.etcd);
+    let _ = writeln!(md, "| ZooKeeper | {} |", m.zookeeper);
     let _ = writeln!(md, "| rustc | {} |", m.rustc);
     for (name, versions) in &m.crates {
         let _ = writeln!(md, "| crate {name} | {versions} |");
@@ -90,7 +91,7 @@ fn single_tables(md: &mut String, series: &[Series], targets: &mut Vec<Target>) 
         }
         let _ = writeln!(md, "{row}");
     }
-    etcd::single_table(md, series);
+    consensus::single_table(md, series);
     let _ = writeln!(
         md,
         "\nRatios of p50, each the median over rounds of the ratio within a round:\n"

@@ -1,8 +1,9 @@
 //! (a) one task, uncontended lock+unlock, at N = 1, 3, 5, and quorumlock on
-//! etcd in the N=5 rounds; (f) fenced vs plain in the same rounds.
+//! etcd and ZooKeeper in the N=5 rounds; (f) fenced vs plain in the same
+//! rounds.
 
+use crate::consensus::{self, Store};
 use crate::contender::{Contender, Kind};
-use crate::etcd::{self, Etcd};
 use crate::nodes::Nodes;
 use crate::rounds::{self, Budget, Entry, Series};
 
@@ -20,8 +21,9 @@ pub const KINDS: [Kind; 6] = [
 pub const NS: [usize; 3] = [1, 3, 5];
 
 /// Every contender at every N, on direct connections to local nodes, and
-/// the etcd contender, if given, in the rounds of N = [`etcd::BESIDE`].
-pub async fn run(nodes: &Nodes, rounds: usize, budget: Budget, etcd: Option<&Etcd>) -> Vec<Series> {
+/// the contenders of the consensus `stores` in the rounds of
+/// N = [`consensus::BESIDE`].
+pub async fn run(nodes: &Nodes, rounds: usize, budget: Budget, stores: &[Store]) -> Vec<Series> {
     let mut series = Vec::new();
     for n in NS {
         let urls = nodes.direct(n);
@@ -29,10 +31,10 @@ pub async fn run(nodes: &Nodes, rounds: usize, budget: Budget, etcd: Option<&Etc
         for kind in KINDS {
             contenders.push(Contender::connect(kind, &urls, true).await);
         }
-        let beside = match etcd {
-            Some(etcd) if n == etcd::BESIDE => Some(etcd.contender().await),
-            _ => None,
-        };
+        let mut beside = Vec::new();
+        for store in stores.iter().filter(|_| n == consensus::BESIDE) {
+            beside.push(store.contender().await);
+        }
         let mut entries: Vec<Entry<'_>> = KINDS
             .iter()
             .zip(&contenders)
@@ -42,12 +44,12 @@ pub async fn run(nodes: &Nodes, rounds: usize, budget: Budget, etcd: Option<&Etc
                 budget,
             })
             .collect();
-        entries.extend(beside.as_ref().map(|c| etcd::entry(c, budget)));
+        entries.extend(stores.iter().zip(&beside).map(|(s, c)| s.entry(c, budget)));
         let mut results = rounds::alternate(&entries, rounds).await;
-        // The etcd entry came last.
-        if beside.is_some() {
-            let etcd_rounds = results.pop().expect("the etcd entry's rounds");
-            series.push(etcd::series(etcd_rounds, budget));
+        // The stores' entries came last.
+        let stores_rounds = results.split_off(KINDS.len());
+        for (store, rounds) in stores.iter().zip(stores_rounds) {
+            series.push(store.series(rounds, budget));
         }
         for (kind, rounds) in KINDS.into_iter().zip(results) {
             series.push(Series {

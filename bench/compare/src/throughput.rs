@@ -1,6 +1,6 @@
 //! (b) many tasks, each on keys of its own, cycling lock+unlock for a
-//! window: cycles per second, at N = 1, 3, 5, and quorumlock on etcd with
-//! 64 tasks in the N=5 rounds.
+//! window: cycles per second, at N = 1, 3, 5, and quorumlock on etcd and
+//! ZooKeeper with 64 tasks in the N=5 rounds.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::consensus::{self, Store};
 use crate::contender::{self, Contender, Kind};
 use crate::cpu;
-use crate::etcd::{self, Etcd};
 use crate::nodes::Nodes;
 use crate::stats;
 
@@ -57,9 +57,9 @@ impl Rate {
     }
 }
 
-/// Every contender at every N, and the etcd contender, if given, in the
-/// rounds of N = [`etcd::BESIDE`].
-pub async fn run(nodes: &Nodes, rounds: usize, window: Window, etcd: Option<&Etcd>) -> Vec<Rate> {
+/// Every contender at every N, and the contenders of the consensus
+/// `stores` in the rounds of N = [`consensus::BESIDE`].
+pub async fn run(nodes: &Nodes, rounds: usize, window: Window, stores: &[Store]) -> Vec<Rate> {
     let mut rates = Vec::new();
     for n in NS {
         let urls = nodes.direct(n);
@@ -70,19 +70,24 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window, etcd: Option<&Etc
                 entries.push((kind, tasks, contender));
             }
         }
-        if let Some(etcd) = etcd.filter(|_| n == etcd::BESIDE) {
-            entries.push((Kind::Etcd, etcd::TASKS, Arc::new(etcd.contender().await)));
+        for store in stores.iter().filter(|_| n == consensus::BESIDE) {
+            let contender = Arc::new(store.contender().await);
+            entries.push((store.kind(), consensus::TASKS, contender));
         }
         // The store whose processes' CPU time a round counts.
-        let store_cpu = |kind: Kind| match (kind, etcd) {
-            (Kind::Etcd, Some(etcd)) => etcd.cpu(),
-            _ => nodes.cpu(n),
+        let store_cpu = |kind: Kind| match stores.iter().find(|s| s.kind() == kind) {
+            Some(store) => store.cpu(),
+            None => nodes.cpu(n),
         };
         let mut results: Vec<Rate> = entries
             .iter()
             .map(|(kind, tasks, _)| Rate {
                 kind: *kind,
-                n: if *kind == Kind::Etcd { etcd::MEMBERS } else { n },
+                n: if consensus::is_store(*kind) {
+                    consensus::MEMBERS
+                } else {
+                    n
+                },
                 tasks: *tasks,
                 rounds: Vec::new(),
                 client_us: Vec::new(),
@@ -120,7 +125,7 @@ pub struct Outcome {
     /// Cycles per second over the counted window.
     pub rate: f64,
     /// CPU time per cycle over the window (µs): this process (the client),
-    /// and the store's processes (nodes or etcd members).
+    /// and the store's processes (nodes, or the members of a consensus store).
     pub client_us: f64,
     pub server_us: f64,
     pub errors: u64,

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::etcd;
+use super::consensus;
 use crate::Settings;
 use crate::handoff::{self, Round, Setup};
 use crate::stats::{fmt_us, median};
@@ -23,8 +23,13 @@ pub fn table(md: &mut String, results: &[(Setup, Vec<Round>)], s: &Settings, tar
          Client CPU is this \
          process's user + system time (10 ms ticks) over the round.\n"
     );
-    if results.iter().any(|(setup, _)| !setup.on_redis()) {
-        etcd::handoff_note(md);
+    let on_stores: Vec<Setup> = results
+        .iter()
+        .map(|(setup, _)| *setup)
+        .filter(|setup| !setup.on_redis())
+        .collect();
+    if !on_stores.is_empty() {
+        consensus::handoff_note(md, &on_stores);
     }
     for setup in [Setup::OursShared, Setup::OursPerTask] {
         plain_targets(results, setup, targets);

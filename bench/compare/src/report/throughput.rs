@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::etcd;
+use super::consensus;
 use crate::Settings;
 use crate::contender::Kind;
 use crate::stats::{fmt_ratio, median};
@@ -16,7 +16,7 @@ pub fn tables(md: &mut String, rates: &[Rate], s: &Settings, targets: &mut Vec<T
     failures(md, rates);
     cpu_table(md, rates);
     ratio_table(md, rates);
-    etcd::throughput_table(md, rates);
+    consensus::throughput_table(md, rates);
     batching_targets(rates, targets);
 }
 
