@@ -107,6 +107,9 @@ struct Server {
 pub struct ZkEnsemble {
     dir: PathBuf,
     servers: Vec<Server>,
+    /// Every transaction fsynced before it is acknowledged, as in
+    /// production ([`ZkEnsemble::start_durable`]).
+    durable: bool,
 }
 
 // No `is_empty`: an ensemble always has at least one server.
@@ -117,10 +120,24 @@ impl ZkEnsemble {
     /// the standalone server), panicking with the servers' logs when they
     /// do not.
     pub fn start(servers: usize) -> ZkEnsemble {
+        Self::start_with(servers, false)
+    }
+
+    /// As [`ZkEnsemble::start`], with every transaction fsynced to the
+    /// servers' logs before it is acknowledged (ZooKeeper's default, and
+    /// what production runs): for benchmarks, whose figures must include
+    /// the disk as etcd's do. Tests use [`ZkEnsemble::start`], whose servers
+    /// skip the fsync, which costs seconds on a slow CI disk.
+    pub fn start_durable(servers: usize) -> ZkEnsemble {
+        Self::start_with(servers, true)
+    }
+
+    fn start_with(servers: usize, durable: bool) -> ZkEnsemble {
         assert!(servers > 0, "a ZooKeeper ensemble needs at least one server");
         let mut last_error = None;
         for _ in 0..PORT_ATTEMPTS {
             let mut ensemble = Self::fresh(servers).unwrap_or_else(|e| panic!("ZooKeeper ensemble: {e}"));
+            ensemble.durable = durable;
             match ensemble.boot() {
                 Ok(()) => return ensemble,
                 // Someone took one of the ports in the meantime: try others.
@@ -293,7 +310,11 @@ impl ZkEnsemble {
                 ..Server::default()
             })
             .collect();
-        Ok(ZkEnsemble { dir, servers })
+        Ok(ZkEnsemble {
+            dir,
+            servers,
+            durable: false,
+        })
     }
 
     /// Spawns every server and waits until all of them serve with one
@@ -397,9 +418,12 @@ impl ZkEnsemble {
             self.data_dir(i).display(),
             self.client_port(i)
         );
-        // No fsync per transaction: a SIGKILLed server's writes survive in
-        // the page cache, and fsyncs cost seconds on a slow CI disk.
-        config.push_str("forceSync=no\n");
+        // Unless durable, no fsync per transaction: a SIGKILLed server's
+        // writes survive in the page cache, and fsyncs cost seconds on a
+        // slow CI disk.
+        if !self.durable {
+            config.push_str("forceSync=no\n");
+        }
         if self.len() > 1 {
             for (j, s) in self.servers.iter().enumerate() {
                 let (id, peer, election) = (j + 1, s.peer_port, s.election_port);

@@ -69,7 +69,7 @@ impl Store {
     pub fn start(kind: Kind) -> Store {
         let cluster = match kind {
             Kind::Etcd => Cluster::Etcd(EtcdCluster::start(MEMBERS)),
-            Kind::ZooKeeper => Cluster::ZooKeeper(ZkEnsemble::start(MEMBERS)),
+            Kind::ZooKeeper => Cluster::ZooKeeper(ZkEnsemble::start_durable(MEMBERS)),
             _ => panic!("{kind:?} is not a consensus store"),
         };
         Store { kind, cluster }

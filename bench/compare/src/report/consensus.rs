@@ -105,9 +105,9 @@ pub fn single_table(md: &mut String, series: &[Series]) {
             md,
             "\nA ZooKeeper lock lives in its client's session (10 s by default): it is valid for \
              the lesser of the {ttl} s ttl and two thirds of the session from the last heartbeat, \
-             one heartbeat renewing every lock of the client. The servers run as the test kit \
-             starts them: without an fsync per transaction (`forceSync=no`, where etcd fsyncs its \
-             log), on JVMs tuned to start fast (C1 compiler only, serial GC, 128 MB heap)."
+             one heartbeat renewing every lock of the client. The servers fsync every transaction \
+             to their logs before acknowledging it, as etcd's members do, on JVMs tuned to start \
+             fast (C1 compiler only, serial GC, 128 MB heap)."
         );
     }
 }
