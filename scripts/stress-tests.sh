@@ -4,6 +4,8 @@
 # competing for loopback ports). Not part of CI.
 #
 #   bash scripts/stress-tests.sh [ROUNDS] [COPIES]    (default 5 rounds, 2 copies)
+#   STRESS_ONLY=zookeeper bash scripts/stress-tests.sh  (only binaries whose
+#                                                        package-target name matches)
 #
 # Logs go to $STRESS_DIR (default: a new temp dir); failures are listed at the
 # end, and the exit code is 1 if any run failed.
@@ -15,10 +17,11 @@ dir=${STRESS_DIR:-$(mktemp -d -t quorumlock-stress.XXXXXX)}
 mkdir -p "$dir"
 source scripts/ensure-redis.sh
 source scripts/ensure-etcd.sh
+source scripts/ensure-zookeeper.sh
 # Every integration test binary: package-target and path, from cargo's
 # build messages (two packages may have a test target of the same name).
 mapfile -t binaries < <(
-  cargo test --no-run --features quorumlock/etcd,quorumlock-cli/etcd --message-format=json 2>/dev/null | python3 -c '
+  cargo test --no-run --features quorumlock/etcd,quorumlock/zookeeper,quorumlock-cli/etcd --message-format=json 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try:
@@ -35,6 +38,9 @@ for round in $(seq 1 "$rounds"); do
   for entry in "${binaries[@]}"; do
     name=${entry%% *}
     binary=${entry#* }
+    if [[ -n "${STRESS_ONLY:-}" && ! "$name" =~ $STRESS_ONLY ]]; then
+      continue
+    fi
     pids=()
     for copy in $(seq 1 "$copies"); do
       "$binary" >"$dir/$name.$round.$copy.log" 2>&1 &
