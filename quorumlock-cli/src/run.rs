@@ -187,13 +187,17 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     if let Some(hold) = args.min_hold {
         options = options.min_hold(hold);
     }
-    let built = args.nodes.resolve().and_then(|nodes| nodes.builder());
+    let resolved = args.nodes.resolve();
+    let session_bound = resolved
+        .as_ref()
+        .is_ok_and(|nodes| matches!(nodes.urls.as_slice(), [url] if crate::nodes::is_zookeeper(url)));
+    let built = resolved.and_then(|nodes| nodes.builder());
     let redlock = match built.map(|b| b.options(options).build()) {
         Ok(Ok(redlock)) => redlock,
         Ok(Err(e)) => return fail(Exit::Usage, e),
         Err(message) => return fail(Exit::Usage, message),
     };
-    let code = hold(&args, &redlock, ttl, grace).await;
+    let code = hold(&args, &redlock, (ttl, grace), session_bound).await;
     finish(&redlock, code).await
 }
 
@@ -210,7 +214,14 @@ async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
 }
 
 /// Takes the lock, runs the command under it, and gives the lock back.
-async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) -> ExitCode {
+/// Holds the lock while the command runs. `session_bound`: the lock lives in
+/// a ZooKeeper session, whose timeout may grant less validity than the ttl.
+async fn hold(
+    args: &Args,
+    redlock: &Redlock,
+    (ttl, grace): (Duration, Duration),
+    session_bound: bool,
+) -> ExitCode {
     // Catch signals from now on: an interrupted wait must not leave the
     // process killed mid-request, and a running command gets them forwarded.
     let mut signals = match Signals::new() {
@@ -220,6 +231,15 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
     let guard = match acquire(args, redlock, ttl, &mut signals).await {
         Ok(guard) => guard,
         Err(code) => return code,
+    };
+    // A ZooKeeper lock is valid for a share of the session timeout (10 s by
+    // default) when that is shorter than the ttl: the default grace, fitted
+    // to the ttl alone, would leave the command no time to start and kill
+    // it between two heartbeats. Half of what was granted, as half of the
+    // ttl elsewhere; a --grace given is the user's to fit.
+    let grace = match (args.grace, session_bound) {
+        (None, true) => grace.min(guard.remaining() / 2),
+        _ => grace,
     };
     if args.verbose {
         crate::say!(

@@ -174,6 +174,20 @@ fn status_and_check_show_the_holder_and_a_forced_unlock_frees_the_lock() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// With the defaults (a 30 s ttl, a 10 s session of which a lock gets two
+/// thirds), the default grace, made for the ttl, must fit in the validity
+/// the session grants, or the command never starts.
+#[test]
+fn run_starts_its_command_with_the_default_session_and_ttl() {
+    let ensemble = ZkEnsemble::start(1);
+    let mut cmd = QUORUMLOCK.command(&[]);
+    cmd.env("QUORUMLOCK_NODES", ensemble.url())
+        .args(["run", "--key", "defaults", "--", "sh", "-c", "echo ran"]);
+    let output = cmd.output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "ran\n");
+}
+
 /// The table's server rows: the lines that start with their number.
 fn server_rows(table: &str) -> Vec<&str> {
     table
