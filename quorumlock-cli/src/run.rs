@@ -214,6 +214,28 @@ async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
 }
 
 /// Takes the lock, runs the command under it, and gives the lock back.
+/// The period a renewal vouches for and the grace period, for `guard`.
+///
+/// A ZooKeeper lock is valid for a share of the session timeout (two thirds
+/// of 10 s by default) when that is shorter than the ttl: the guardian's
+/// deadline must then be refreshed at that pace rather than the ttl's, and
+/// the default grace, made for the ttl, would leave the command no time to
+/// start. It is half of what was granted, as it is at most half of the ttl
+/// elsewhere; a --grace given is the user's to fit (the start rule refuses
+/// one that leaves no time).
+fn fit_to_session(
+    args: &Args,
+    guard: &Guard,
+    (ttl, grace): (Duration, Duration),
+    session_bound: bool,
+) -> (Duration, Duration) {
+    if !session_bound {
+        return (ttl, grace);
+    }
+    let granted = guard.remaining().min(ttl);
+    (granted, args.grace.unwrap_or(grace.min(granted / 2)))
+}
+
 /// Holds the lock while the command runs. `session_bound`: the lock lives in
 /// a ZooKeeper session, whose timeout may grant less validity than the ttl.
 async fn hold(
@@ -232,15 +254,7 @@ async fn hold(
         Ok(guard) => guard,
         Err(code) => return code,
     };
-    // A ZooKeeper lock is valid for a share of the session timeout (10 s by
-    // default) when that is shorter than the ttl: the default grace, fitted
-    // to the ttl alone, would leave the command no time to start and kill
-    // it between two heartbeats. Half of what was granted, as half of the
-    // ttl elsewhere; a --grace given is the user's to fit.
-    let grace = match (args.grace, session_bound) {
-        (None, true) => grace.min(guard.remaining() / 2),
-        _ => grace,
-    };
+    let (period, grace) = fit_to_session(args, &guard, (ttl, grace), session_bound);
     if args.verbose {
         crate::say!(
             "quorumlock: acquired {:?} (majority {} of {} nodes), valid for {}",
@@ -269,7 +283,7 @@ async fn hold(
         reaper: &mut reaper,
         signals: &mut signals,
         grace,
-        ttl,
+        period,
         verbose: args.verbose,
     }
     .supervise()

@@ -157,6 +157,10 @@ fn status_and_check_show_the_holder_and_a_forced_unlock_frees_the_lock() {
     assert_eq!(check.status.code(), Some(0), "{shown}{}", text(&check.stderr));
     assert!(shown.contains(" standalone "), "{shown}");
     assert!(shown.contains(&format!("held by \"{token}\"")), "{shown}");
+    // Through heartbeats on its 2 s session, the holder still holds: the
+    // loss below is the unlock's.
+    let running = holder.child.try_wait().expect("try_wait").is_none();
+    assert!(running, "the holder stopped: {}", holder.stderr());
     let unlock = quorumlock(&ensemble, &["unlock", "report", "--force", "--yes"])
         .output()
         .unwrap();
@@ -186,6 +190,25 @@ fn run_starts_its_command_with_the_default_session_and_ttl() {
     let output = cmd.output().unwrap();
     assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
     assert_eq!(text(&output.stdout), "ran\n");
+}
+
+/// How long the command of [`run_keeps_its_command_through_the_heartbeats`]
+/// runs: past two validity periods of the tests' session (two thirds of
+/// 2 s each), so that it lives through heartbeats.
+const PAST_TWO_VALIDITIES: &str = "3";
+
+/// The default ttl (30 s) on a 2 s session: the lock is valid for 1.3 s
+/// after each heartbeat, and the default grace, fitted to what the session
+/// grants, must neither keep the command from starting nor stop it
+/// between two heartbeats.
+#[test]
+fn run_keeps_its_command_through_the_heartbeats() {
+    let ensemble = ZkEnsemble::start(1);
+    let output = quorumlock(&ensemble, &["run", "--key", "long", "--verbose"])
+        .args(["--", "sleep", PAST_TWO_VALIDITIES])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
 }
 
 /// The table's server rows: the lines that start with their number.
