@@ -214,15 +214,22 @@ async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
 }
 
 /// Takes the lock, runs the command under it, and gives the lock back.
+/// The default grace on a ZooKeeper session is the validity granted divided
+/// by this. The heartbeat renews a lock once half of that validity is left
+/// (a third of the ttl comes later), so the grace must stay below a half,
+/// with room for the round itself: a quarter leaves it the other quarter,
+/// where Redis's rule (a renewal at two thirds of the ttl left, a grace of
+/// at most half) leaves a sixth.
+const SESSION_GRACE_DIVISOR: u32 = 4;
+
 /// The period a renewal vouches for and the grace period, for `guard`.
 ///
 /// A ZooKeeper lock is valid for a share of the session timeout (two thirds
 /// of 10 s by default) when that is shorter than the ttl: the guardian's
 /// deadline must then be refreshed at that pace rather than the ttl's, and
 /// the default grace, made for the ttl, would leave the command no time to
-/// start. It is half of what was granted, as it is at most half of the ttl
-/// elsewhere; a --grace given is the user's to fit (the start rule refuses
-/// one that leaves no time).
+/// start, or stop it before a heartbeat. A --grace given is the user's to
+/// fit (the start rule refuses one that leaves no time).
 fn fit_to_session(
     args: &Args,
     guard: &Guard,
@@ -233,7 +240,8 @@ fn fit_to_session(
         return (ttl, grace);
     }
     let granted = guard.remaining().min(ttl);
-    (granted, args.grace.unwrap_or(grace.min(granted / 2)))
+    let fitted = grace.min(granted / SESSION_GRACE_DIVISOR);
+    (granted, args.grace.unwrap_or(fitted))
 }
 
 /// Holds the lock while the command runs. `session_bound`: the lock lives in
