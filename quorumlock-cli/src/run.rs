@@ -128,7 +128,8 @@ pub(crate) struct Args {
     )]
     wait: Duration,
     /// Time between SIGTERM and SIGKILL when the command's group is terminated; at most half
-    /// the ttl [default: 10s, or half the ttl if that is less]
+    /// the ttl [default: 10s, or half the ttl if that is less; on ZooKeeper at most a quarter of
+    /// the validity its session grants, two thirds of the session timeout]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
     /// Keep the lock for at least this long after it was taken: a command that ends
