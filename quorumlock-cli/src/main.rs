@@ -38,7 +38,9 @@ const AFTER_HELP: &str = "\
 Nodes come from --nodes, --nodes-file or QUORUMLOCK_NODES (comma separated
 redis:// or rediss:// URLs, or one etcd cluster as one URL with its members
 comma separated, etcd://h1:2379,h2:2379,h3:2379[/prefix], in a build with the
-`etcd` feature). `ps` shows --nodes to every user of the machine:
+`etcd` feature, or one ZooKeeper ensemble as one URL with its servers comma
+separated, zk://h1:2181,h2:2181,h3:2181[/chroot][?session_timeout=10s], in a
+build with the `zookeeper` feature). `ps` shows --nodes to every user of the machine:
 give URLs with a password through QUORUMLOCK_NODES or --nodes-file (chmod 600).
 No URL quorumlock prints shows a password, and the command run by `run` does
 not inherit QUORUMLOCK_NODES. QUORUMLOCK_NODE_TIMEOUT sets --node-timeout and

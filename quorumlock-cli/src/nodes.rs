@@ -37,9 +37,11 @@ pub(crate) struct Nodes {
     /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS;
     /// or one etcd cluster, its members comma separated in one URL:
     /// etcd://[user:password@]h1:2379,h2:2379,h3:2379[/prefix], etcds:// for TLS (a build with
-    /// the `etcd` feature) [default: $QUORUMLOCK_NODES]. Every user of the machine sees --nodes in
-    /// `ps` while quorumlock runs: give URLs with a password through QUORUMLOCK_NODES or
-    /// --nodes-file instead
+    /// the `etcd` feature); or one ZooKeeper ensemble, its servers comma separated in one URL:
+    /// zk://[user:password@]h1:2181,h2:2181,h3:2181[/chroot][?session_timeout=10s] (a build with
+    /// the `zookeeper` feature) [default: $QUORUMLOCK_NODES]. Every user of the machine sees
+    /// --nodes in `ps` while quorumlock runs: give URLs with a password through QUORUMLOCK_NODES
+    /// or --nodes-file instead
     #[arg(
         long = "nodes",
         value_delimiter = ',',
@@ -120,23 +122,15 @@ impl Nodes {
             if !url.contains("://") {
                 return Err(format!(
                     "bad node URL: node {} of {} from {source} is not a URL like \
-                     redis://[user:password@]host:port[/db] (host:port items belong to an etcd:// URL \
-                     before them; it is not shown: it may hold a password)",
+                     redis://[user:password@]host:port[/db] (host:port items belong to an etcd:// or \
+                     zk:// URL before them; it is not shown: it may hold a password)",
                     i + 1,
                     urls.len()
                 ));
             }
         }
-        if !cfg!(feature = "etcd")
-            && let Some(url) = urls.iter().find(|u| is_etcd(u))
-        {
-            // The library's own error names its cargo feature; the binary's
-            // user needs to know which build to install.
-            return Err(format!(
-                "{}: etcd:// nodes need quorumlock built with the `etcd` feature \
-                 (cargo install quorumlock-cli --features etcd; building it needs protoc)",
-                redact_url(url)
-            ));
+        if let Some(message) = urls.iter().find_map(|u| missing_feature(u)) {
+            return Err(message);
         }
         if source == "--nodes" && urls.iter().any(|u| has_password(u)) {
             crate::say!(
@@ -199,9 +193,10 @@ fn has_password(url: &str) -> bool {
 }
 
 /// The URLs in `text`: comma or newline separated, trimmed; empty entries
-/// and lines starting with `#` dropped. An etcd URL names a whole cluster
-/// with its members comma separated (`etcd://h1:2379,h2:2379`): the
-/// scheme-less items after it are its members, joined back to it.
+/// and lines starting with `#` dropped. A cluster URL names a whole etcd
+/// cluster or ZooKeeper ensemble with its servers comma separated
+/// (`etcd://h1:2379,h2:2379`, `zk://h1:2181,h2:2181`): the scheme-less items
+/// after it are its servers, joined back to it.
 fn split(text: &str) -> Vec<String> {
     let items = text
         .lines()
@@ -212,9 +207,9 @@ fn split(text: &str) -> Vec<String> {
     let mut urls: Vec<String> = Vec::new();
     for item in items {
         match urls.last_mut() {
-            Some(etcd) if is_etcd(etcd) && !item.contains("://") => {
-                etcd.push(',');
-                etcd.push_str(item);
+            Some(cluster) if is_cluster(cluster) && !item.contains("://") => {
+                cluster.push(',');
+                cluster.push_str(item);
             }
             _ => urls.push(item.to_owned()),
         }
@@ -222,9 +217,70 @@ fn split(text: &str) -> Vec<String> {
     urls
 }
 
+/// A store that one URL names whole, its servers comma separated.
+struct Cluster {
+    /// The schemes of its URLs.
+    schemes: &'static [&'static str],
+    /// The cargo feature of quorumlock-cli that builds its backend.
+    feature: &'static str,
+    /// Whether this binary was built with that feature.
+    built: bool,
+    /// What else building the feature needs, said after the install command.
+    build_needs: &'static str,
+}
+
+const ETCD: Cluster = Cluster {
+    schemes: &["etcd://", "etcds://"],
+    feature: "etcd",
+    built: cfg!(feature = "etcd"),
+    build_needs: "; building it needs protoc",
+};
+
+const ZOOKEEPER: Cluster = Cluster {
+    schemes: &["zk://"],
+    feature: "zookeeper",
+    built: cfg!(feature = "zookeeper"),
+    build_needs: "",
+};
+
+/// Every cluster store: an etcd cluster, a ZooKeeper ensemble.
+const CLUSTERS: &[Cluster] = &[ETCD, ZOOKEEPER];
+
+impl Cluster {
+    fn names(&self, url: &str) -> bool {
+        self.schemes.iter().any(|scheme| url.starts_with(scheme))
+    }
+}
+
 /// Whether `url` names an etcd cluster.
 pub(crate) fn is_etcd(url: &str) -> bool {
-    url.starts_with("etcd://") || url.starts_with("etcds://")
+    ETCD.names(url)
+}
+
+/// Whether `url` names a ZooKeeper ensemble.
+pub(crate) fn is_zookeeper(url: &str) -> bool {
+    ZOOKEEPER.names(url)
+}
+
+/// Whether `url` names a whole cluster, its servers comma separated.
+fn is_cluster(url: &str) -> bool {
+    CLUSTERS.iter().any(|cluster| cluster.names(url))
+}
+
+/// The usage error for a cluster URL whose backend this build lacks. The
+/// library's own error names its cargo feature; the binary's user needs to
+/// know which build to install.
+fn missing_feature(url: &str) -> Option<String> {
+    let cluster = CLUSTERS.iter().find(|c| c.names(url) && !c.built)?;
+    Some(format!(
+        "{}: {} nodes need quorumlock built with the `{}` feature \
+         (cargo install quorumlock-cli --features {}{})",
+        redact_url(url),
+        cluster.schemes[0],
+        cluster.feature,
+        cluster.feature,
+        cluster.build_needs
+    ))
 }
 
 /// The URLs of a nodes file, refused when it holds a password that a group
@@ -320,6 +376,65 @@ mod tests {
                 .resolve()
                 .err()
                 .expect("refused");
+            assert!(!error.contains("s3cret"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_zookeeper_url_keeps_its_servers() {
+        assert_eq!(
+            split("zk://a:1,b:2, c:3/locks?session_timeout=2s"),
+            ["zk://a:1,b:2,c:3/locks?session_timeout=2s"]
+        );
+        assert_eq!(split("zk://u:pw@a:1,b:2"), ["zk://u:pw@a:1,b:2"]);
+        // A nodes file may give the servers one a line.
+        assert_eq!(
+            split("# ensemble\nzk://a:1,\nb:2\n# c:3\nc:3/locks\n"),
+            ["zk://a:1,b:2,c:3/locks"]
+        );
+        // A URL with a scheme is never a server.
+        assert_eq!(split("zk://a:1,b:2,redis://c:3"), ["zk://a:1,b:2", "redis://c:3"]);
+        assert_eq!(
+            split("zk://a:1,b:2,etcd://c:3,d:4"),
+            ["zk://a:1,b:2", "etcd://c:3,d:4"]
+        );
+        assert_eq!(split("b:2,zk://a:1"), ["b:2", "zk://a:1"]);
+    }
+
+    #[test]
+    fn nodes_split_by_clap_are_joined_back_into_one_zookeeper_url() {
+        let resolved = given(&["zk://a:1", "b:2", "c:3/locks?session_timeout=2s"]).resolve();
+        if cfg!(feature = "zookeeper") {
+            assert_eq!(
+                resolved.ok().map(|r| r.urls),
+                Some(vec!["zk://a:1,b:2,c:3/locks?session_timeout=2s".to_owned()])
+            );
+        } else {
+            let error = resolved.err().expect("refused without the feature");
+            assert!(error.contains("built with the `zookeeper` feature"), "{error}");
+            assert!(error.contains("--features zookeeper"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_server_before_a_zookeeper_url_is_still_not_a_url() {
+        let error = given(&["b:2", "zk://a:1"])
+            .resolve()
+            .err()
+            .expect("a usage error");
+        assert!(error.contains("is not a URL like"), "{error}");
+        assert!(error.contains("zk://"), "the message names the form: {error}");
+        assert!(!error.contains("b:2"), "the item is not shown: {error}");
+    }
+
+    #[test]
+    fn a_zookeeper_password_is_never_shown_without_the_feature() {
+        if !cfg!(feature = "zookeeper") {
+            let error = given(&["zk://u:s3cret@a:1", "b:2"])
+                .resolve()
+                .err()
+                .expect("refused");
+            assert!(error.contains("zk://u:***@"), "{error}");
             assert!(!error.contains("s3cret"), "{error}");
         }
     }

@@ -128,7 +128,8 @@ pub(crate) struct Args {
     )]
     wait: Duration,
     /// Time between SIGTERM and SIGKILL when the command's group is terminated; at most half
-    /// the ttl [default: 10s, or half the ttl if that is less]
+    /// the ttl [default: 10s, or half the ttl if that is less; on ZooKeeper at most a quarter of
+    /// the validity its session grants, two thirds of the session timeout]
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     grace: Option<Duration>,
     /// Keep the lock for at least this long after it was taken: a command that ends
@@ -187,13 +188,17 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     if let Some(hold) = args.min_hold {
         options = options.min_hold(hold);
     }
-    let built = args.nodes.resolve().and_then(|nodes| nodes.builder());
+    let resolved = args.nodes.resolve();
+    let session_bound = resolved
+        .as_ref()
+        .is_ok_and(|nodes| matches!(nodes.urls.as_slice(), [url] if crate::nodes::is_zookeeper(url)));
+    let built = resolved.and_then(|nodes| nodes.builder());
     let redlock = match built.map(|b| b.options(options).build()) {
         Ok(Ok(redlock)) => redlock,
         Ok(Err(e)) => return fail(Exit::Usage, e),
         Err(message) => return fail(Exit::Usage, message),
     };
-    let code = hold(&args, &redlock, ttl, grace).await;
+    let code = hold(&args, &redlock, (ttl, grace), session_bound).await;
     finish(&redlock, code).await
 }
 
@@ -210,7 +215,44 @@ async fn finish(redlock: &Redlock, code: ExitCode) -> ExitCode {
 }
 
 /// Takes the lock, runs the command under it, and gives the lock back.
-async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) -> ExitCode {
+/// The default grace on a ZooKeeper session is the validity granted divided
+/// by this. The heartbeat renews a lock once half of that validity is left
+/// (a third of the ttl comes later), so the grace must stay below a half,
+/// with room for the round itself: a quarter leaves it the other quarter,
+/// where Redis's rule (a renewal at two thirds of the ttl left, a grace of
+/// at most half) leaves a sixth.
+const SESSION_GRACE_DIVISOR: u32 = 4;
+
+/// The period a renewal vouches for and the grace period, for `guard`.
+///
+/// A ZooKeeper lock is valid for a share of the session timeout (two thirds
+/// of 10 s by default) when that is shorter than the ttl: the guardian's
+/// deadline must then be refreshed at that pace rather than the ttl's, and
+/// the default grace, made for the ttl, would leave the command no time to
+/// start, or stop it before a heartbeat. A --grace given is the user's to
+/// fit (the start rule refuses one that leaves no time).
+fn fit_to_session(
+    args: &Args,
+    guard: &Guard,
+    (ttl, grace): (Duration, Duration),
+    session_bound: bool,
+) -> (Duration, Duration) {
+    if !session_bound {
+        return (ttl, grace);
+    }
+    let granted = guard.remaining().min(ttl);
+    let fitted = grace.min(granted / SESSION_GRACE_DIVISOR);
+    (granted, args.grace.unwrap_or(fitted))
+}
+
+/// Holds the lock while the command runs. `session_bound`: the lock lives in
+/// a ZooKeeper session, whose timeout may grant less validity than the ttl.
+async fn hold(
+    args: &Args,
+    redlock: &Redlock,
+    (ttl, grace): (Duration, Duration),
+    session_bound: bool,
+) -> ExitCode {
     // Catch signals from now on: an interrupted wait must not leave the
     // process killed mid-request, and a running command gets them forwarded.
     let mut signals = match Signals::new() {
@@ -221,6 +263,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
         Ok(guard) => guard,
         Err(code) => return code,
     };
+    let (period, grace) = fit_to_session(args, &guard, (ttl, grace), session_bound);
     if args.verbose {
         crate::say!(
             "quorumlock: acquired {:?} (majority {} of {} nodes), valid for {}",
@@ -249,7 +292,7 @@ async fn hold(args: &Args, redlock: &Redlock, ttl: Duration, grace: Duration) ->
         reaper: &mut reaper,
         signals: &mut signals,
         grace,
-        ttl,
+        period,
         verbose: args.verbose,
     }
     .supervise()

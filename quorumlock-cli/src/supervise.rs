@@ -28,12 +28,15 @@ use crate::sys;
 /// send us no SIGCHLD.
 const GROUP_POLL: Duration = Duration::from_millis(20);
 
-/// The guardian's deadline is refreshed this many times per ttl. Renewals
-/// come every ttl/3 and leave about 2/3 of the ttl before the previous
-/// deadline, so a refresh within ttl/10 always reaches the guardian in time.
-const DEADLINE_REFRESHES_PER_TTL: u32 = 10;
+/// The guardian's deadline is refreshed this many times per validity period
+/// (the ttl, or the share of a ZooKeeper session when that is shorter).
+/// Renewals come every third of it, halfway at the latest, and leave at
+/// least half of it before the previous deadline, so a refresh within a
+/// tenth always reaches the guardian in time.
+const DEADLINE_REFRESHES_PER_PERIOD: u32 = 10;
 
-/// The shortest refresh period, so that a tiny ttl cannot make the loop spin.
+/// The shortest refresh period, so that a tiny validity period cannot make
+/// the loop spin.
 const MIN_DEADLINE_REFRESH: Duration = Duration::from_millis(1);
 
 /// The signals quorumlock handles itself.
@@ -95,7 +98,9 @@ pub(crate) struct Job<'a> {
     pub(crate) reaper: &'a mut Reaper,
     pub(crate) signals: &'a mut Signals,
     pub(crate) grace: Duration,
-    pub(crate) ttl: Duration,
+    /// The validity a renewal gives: the ttl, or less when a ZooKeeper
+    /// session grants less; the guardian's deadline is refreshed at its pace.
+    pub(crate) period: Duration,
     pub(crate) verbose: bool,
 }
 
@@ -205,7 +210,7 @@ impl Job<'_> {
     /// left, forwarding signals and terminating the group when the lock is
     /// lost or about to be, or when the guardian fails.
     pub(crate) async fn supervise(&mut self) -> Ending {
-        let refresh = (self.ttl / DEADLINE_REFRESHES_PER_TTL).max(MIN_DEADLINE_REFRESH);
+        let refresh = (self.period / DEADLINE_REFRESHES_PER_PERIOD).max(MIN_DEADLINE_REFRESH);
         let mut state = State {
             verdict: Verdict::Vouching,
             stage: Stage::Running,

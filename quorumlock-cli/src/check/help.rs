@@ -12,7 +12,8 @@ Examples:
   quorumlock check --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379
   QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 quorumlock check --strict
   quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json
-  quorumlock check --nodes etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --key archive:nightly";
+  quorumlock check --nodes etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --key archive:nightly
+  quorumlock check --nodes zk://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181/locks --key archive:nightly";
 
 /// The width the command lists are wrapped to.
 const WIDTH: usize = 80;
@@ -50,10 +51,23 @@ cannot fail over to members not listed) and even_members (a warning). JSON adds
 cluster_size (members the cluster has, null when unknown) and, with --key,
 keys: the lock's holder as `quorumlock status --json` shows it.
 
+On a ZooKeeper ensemble (one zk:// URL, a build with the `zookeeper` feature)
+the rows are the servers listed in the URL (latency, version, mode: leader,
+follower, standalone, observer), asked with the four-letter word srvr, which
+ZooKeeper allows by default; the check takes and releases a lock with a
+throwaway name (quorumlock-check-<random>) as the URL's user. Codes:
+unreachable, bad_reply (not a srvr reply), not_serving (looking for a leader)
+and read_only (a server), lock_operations (with the error), no_leader (none of
+the servers that answer leads: an election, or the leader is not listed),
+several_ensembles (more than one server leads), no_majority (fewer than a
+majority of the servers listed serve) and even_servers (a warning). JSON adds
+each server's zxid and, with --key, keys as for etcd.
+
 Exit status: 0 when every node is usable (warnings allowed unless --strict),
 1 when a node is unreachable, refuses a command every lock needs, is a replica
 that refuses writes, is listed twice, or holds a --key without a ttl (on etcd:
-any error above, one dead member of three included); 2 on bad usage.";
+any error above, one dead member of three included; on ZooKeeper likewise);
+2 on bad usage.";
 
 /// The text after the options.
 pub(super) fn text() -> String {

@@ -16,6 +16,8 @@ mod help;
 mod keys;
 mod node;
 mod output;
+#[cfg(feature = "zookeeper")]
+mod zookeeper;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -126,7 +128,8 @@ struct Summary {
     unlisted: usize,
 }
 
-/// What is checked: Redis nodes for Redlock, or an etcd cluster's members.
+/// What is checked: Redis nodes for Redlock, an etcd cluster's members, or
+/// a ZooKeeper ensemble's servers.
 struct Store {
     /// What they are checked for ("Redlock").
     purpose: &'static str,
@@ -161,6 +164,12 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     {
         #[cfg(feature = "etcd")]
         return etcd::run(url, &nodes, &args).await;
+    }
+    if let [url] = nodes.urls.as_slice()
+        && crate::nodes::is_zookeeper(url)
+    {
+        #[cfg(feature = "zookeeper")]
+        return zookeeper::run(url, &nodes, &args).await;
     }
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
     let probes = nodes

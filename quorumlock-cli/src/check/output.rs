@@ -176,6 +176,7 @@ pub(super) const REDIS_COLUMNS: &[Column] = &[
 /// The columns for the members of an etcd cluster: persistence and clocks
 /// are not the lock's concern there (etcd syncs its log and times leases
 /// on its leader).
+#[cfg(feature = "etcd")]
 pub(super) const ETCD_COLUMNS: &[Column] = &[
     Column {
         header: "member",
@@ -191,6 +192,29 @@ pub(super) const ETCD_COLUMNS: &[Column] = &[
     },
     Column {
         header: "role",
+        cell: |r| dash(&r.role),
+    },
+];
+
+/// The columns for the servers of a ZooKeeper ensemble: as for etcd, the
+/// ensemble syncs its log and times sessions itself; the role is the
+/// server's mode.
+#[cfg(feature = "zookeeper")]
+pub(super) const ZOOKEEPER_COLUMNS: &[Column] = &[
+    Column {
+        header: "server",
+        cell: |r| r.name.clone(),
+    },
+    Column {
+        header: "latency",
+        cell: ping,
+    },
+    Column {
+        header: "version",
+        cell: |r| dash(&r.version),
+    },
+    Column {
+        header: "mode",
         cell: |r| dash(&r.role),
     },
 ];

@@ -1,0 +1,461 @@
+//! `quorumlock check` on a ZooKeeper ensemble: each server given in the URL
+//! (whether it answers, its mode, version and latency, from the four-letter
+//! word `srvr`, the one ZooKeeper 3.8 allows by default), whether a lock can
+//! be taken and released through the library, as the URL's user, and
+//! whether a majority of the servers listed serves under one leader. The
+//! same table printer, findings and exit statuses as for Redis and etcd;
+//! `--key` shows each lock's holder, as `status` does.
+
+use std::io;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use quorumlock::{Inspection, Redlock};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{Args, Finding, Level, Report, Store, output, summarize_with};
+use crate::duration::show;
+use crate::exit::Exit;
+use crate::nodes::Resolved;
+use crate::{fail, status};
+
+const ZOOKEEPER: Store = Store {
+    purpose: "a ZooKeeper lock",
+    unit: "servers",
+    row: "server",
+    columns: output::ZOOKEEPER_COLUMNS,
+};
+
+/// Most bytes of a `srvr` reply read: a server's is a few hundred bytes,
+/// while whatever else listens on a mistyped port may send without end.
+const MAX_REPLY: u64 = 64 * 1024;
+
+/// The start of the check's own lock name. Not in the library's reserved
+/// namespace, which it refuses as a resource; a random suffix keeps two
+/// checks at once from meeting, and the ensemble removes the lock's parent
+/// node (a container) once the lock is released.
+const PROBE_RESOURCE: &str = "quorumlock-check-";
+
+/// What one server listed in the URL said to `srvr`.
+#[derive(Debug, Default)]
+struct ServerProbe {
+    /// `host:port`, as given.
+    server: String,
+    /// The time from connecting to the end of the reply.
+    latency: Option<Duration>,
+    version: String,
+    /// `leader`, `follower`, `standalone`, `observer` or `read-only`;
+    /// `None` from a server that answers but serves nobody (it looks for a
+    /// leader or syncs with one).
+    mode: Option<String>,
+    /// The last transaction it applied, to compare between servers.
+    zxid: String,
+    /// Why it did not answer, or why the answer was not `srvr`'s.
+    error: Option<String>,
+}
+
+impl ServerProbe {
+    fn leads(&self) -> bool {
+        matches!(self.mode.as_deref(), Some("leader" | "standalone"))
+    }
+}
+
+pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
+    let redlock = match nodes.builder().and_then(|builder| {
+        builder
+            .node_timeout(args.timeout)
+            .connect_timeout(args.timeout)
+            .build()
+            .map_err(|e| e.to_string())
+    }) {
+        Ok(redlock) => redlock,
+        Err(message) => return fail(Exit::Usage, message),
+    };
+    let asked = futures::future::join_all(servers(url).into_iter().map(|s| srvr(s, args.timeout)));
+    let (probes, lock_operations) = tokio::join!(asked, round_trip(&redlock, args.ttl));
+    let reports: Vec<Report> = probes.iter().map(server).collect();
+    let mut findings = ensemble_findings(&probes, &reports, lock_operations);
+    let inspections = match inspect(&redlock, &args.keys).await {
+        Ok(inspections) => inspections,
+        Err(message) => {
+            findings.push(warning(
+                "key_unknown",
+                format!("--key: the lock's state could not be read: {message}"),
+            ));
+            Vec::new()
+        }
+    };
+    // Closes the session at once, so that a probe lock whose release failed
+    // goes with it rather than at the session's expiry; that failure is
+    // already a finding.
+    let _ = redlock.shutdown(args.timeout).await;
+    let majority = reports.len() / 2 + 1;
+    let summary = summarize_with(&reports, findings, (majority, args.strict), &ZOOKEEPER);
+    if args.json {
+        let mut json = output::json(&reports, &summary);
+        if let Some(rows) = json["nodes"].as_array_mut() {
+            for (row, probe) in rows.iter_mut().zip(&probes) {
+                row["zxid"] = (!probe.zxid.is_empty()).then(|| probe.zxid.clone()).into();
+            }
+        }
+        json["keys"] = status::json(&inspections, summary.code)["keys"].take();
+        println!("{json}");
+    } else {
+        let mut text = output::human(&reports, &summary, &[]);
+        for inspection in &inspections {
+            text.push_str(&status::headline(inspection));
+        }
+        print!("{text}");
+    }
+    ExitCode::from(summary.code)
+}
+
+/// The servers of a `zk://` URL the library has accepted, as given: the
+/// authority's hosts without the credentials, the chroot and the query.
+fn servers(url: &str) -> Vec<String> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let rest = rest.split_once('?').map_or(rest, |(rest, _)| rest);
+    let authority = rest.find('/').map_or(rest, |slash| &rest[..slash]);
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, hosts)| hosts);
+    hosts.split(',').map(str::to_owned).collect()
+}
+
+/// Asks `server` for `srvr`, the whole exchange bounded by `timeout`.
+async fn srvr(server: String, timeout: Duration) -> ServerProbe {
+    let started = Instant::now();
+    let reply = tokio::time::timeout(timeout, ask(&server)).await;
+    let latency = started.elapsed();
+    let mut probe = ServerProbe {
+        server,
+        ..ServerProbe::default()
+    };
+    match reply {
+        Ok(Ok(reply)) => {
+            probe.latency = Some(latency);
+            read_reply(&mut probe, &reply);
+        }
+        Ok(Err(e)) => probe.error = Some(e.to_string()),
+        Err(_) => probe.error = Some(format!("no reply within {}", show(timeout))),
+    }
+    probe
+}
+
+async fn ask(server: &str) -> io::Result<String> {
+    let mut stream = TcpStream::connect(server).await?;
+    stream.write_all(b"srvr").await?;
+    // The server closes the connection after its reply.
+    let mut reply = Vec::new();
+    stream.take(MAX_REPLY).read_to_end(&mut reply).await?;
+    Ok(String::from_utf8_lossy(&reply).into_owned())
+}
+
+/// Fills `probe` from a `srvr` reply: lines such as `Zookeeper version:
+/// 3.8.0-..., built on ...`, `Zxid: 0x...` and `Mode: follower`; a server
+/// that serves nobody says only that.
+fn read_reply(probe: &mut ServerProbe, reply: &str) {
+    let field = |name: &str| {
+        reply
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .map(str::trim)
+    };
+    if let Some(version) = field("Zookeeper version:") {
+        let release = version.split(',').next().unwrap_or(version);
+        // `3.8.0-<commit>` or a distribution's `3.8.0-3`: the release is
+        // what tells servers apart.
+        probe.version = release.split('-').next().unwrap_or(release).to_owned();
+    }
+    probe.zxid = field("Zxid:").unwrap_or_default().to_owned();
+    probe.mode = field("Mode:").map(str::to_owned);
+    if probe.mode.is_none() && !reply.contains("not currently serving") {
+        let first = reply.lines().next().unwrap_or_default();
+        let first: String = first.chars().take(80).collect();
+        probe.error = Some(format!("not a ZooKeeper srvr reply: {first:?}"));
+    }
+}
+
+/// Takes and releases a lock through the library, as `run` would: the
+/// session, the lock's nodes and the URL's rights on them.
+async fn round_trip(redlock: &Redlock, ttl: Duration) -> Result<(), String> {
+    let resource = format!("{PROBE_RESOURCE}{:016x}", rand::random::<u64>());
+    match redlock.try_lock(resource.as_str(), ttl).await {
+        Ok(Some(guard)) => guard
+            .release()
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("release: {e}")),
+        Ok(None) => Err(format!("lock: {resource:?}, a name nobody else uses, is held")),
+        Err(e) => Err(format!("lock: {e}")),
+    }
+}
+
+/// One server's row and findings.
+fn server(probe: &ServerProbe) -> Report {
+    let mut report = Report {
+        name: probe.server.clone(),
+        ping: probe.latency,
+        version: probe.version.clone(),
+        role: probe.mode.clone().unwrap_or_default(),
+        ..Report::default()
+    };
+    if let Some(message) = &probe.error {
+        let code = match probe.latency {
+            Some(_) => "bad_reply",
+            None => "unreachable",
+        };
+        report.error(code, format!("no answer: {message}"));
+        return report;
+    }
+    match probe.mode.as_deref() {
+        None => report.error(
+            "not_serving",
+            "this server serves no requests: it is looking for a leader or syncing with one, \
+             cut off from a majority",
+        ),
+        Some("read-only") => report.error(
+            "read_only",
+            "this server is in read-only mode: it is cut off from a majority and refuses lock writes",
+        ),
+        Some(_) => {}
+    }
+    report
+}
+
+/// The findings about the servers listed as a whole.
+fn ensemble_findings(
+    probes: &[ServerProbe],
+    reports: &[Report],
+    lock_operations: Result<(), String>,
+) -> Vec<Finding> {
+    let listed = reports.len();
+    let majority = listed / 2 + 1;
+    let mut findings = Vec::new();
+    if let Err(message) = lock_operations {
+        findings.push(error(
+            "lock_operations",
+            format!("a lock cannot be taken and released as the URL's user: {message}"),
+        ));
+    }
+    let answering: Vec<&ServerProbe> = probes.iter().filter(|p| p.error.is_none()).collect();
+    let leaders = answering.iter().filter(|p| p.leads()).count();
+    let serving = answering.iter().filter(|p| p.mode.is_some()).count();
+    let standalone = answering.iter().any(|p| p.mode.as_deref() == Some("standalone"));
+    if !answering.is_empty() && leaders == 0 {
+        findings.push(error(
+            "no_leader",
+            format!(
+                "none of the {} servers that answer leads: the ensemble is electing a leader and takes \
+                 no lock until it has one, or its leader is not in the URL (list every server)",
+                answering.len()
+            ),
+        ));
+    }
+    if leaders > 1 || standalone && serving > 1 {
+        findings.push(error(
+            "several_ensembles",
+            format!(
+                "{leaders} of the servers listed lead (leader or standalone): they are not one ensemble, \
+                 and a client that moves between them sees different locks"
+            ),
+        ));
+    }
+    if listed.is_multiple_of(2) {
+        findings.push(warning(
+            "even_servers",
+            format!(
+                "{listed} servers: an even number needs a majority of {majority}, as {} would, and \
+                 tolerates no more failures than {}; use an odd number",
+                listed + 1,
+                listed - 1
+            ),
+        ));
+    }
+    let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
+    if usable < majority {
+        findings.push(error(
+            "no_majority",
+            format!(
+                "only {usable} of the {listed} servers serve and a majority needs {majority}: \
+                 no lock can be taken or kept"
+            ),
+        ));
+    }
+    findings
+}
+
+/// The `--key` locks, as `quorumlock status` reads them.
+async fn inspect(redlock: &Redlock, keys: &[String]) -> Result<Vec<Inspection>, String> {
+    let mut inspections = Vec::with_capacity(keys.len());
+    for key in keys {
+        inspections.push(redlock.inspect(key).await.map_err(|e| e.to_string())?);
+    }
+    Ok(inspections)
+}
+
+fn error(code: &'static str, message: impl Into<String>) -> Finding {
+    Finding {
+        level: Level::Error,
+        code,
+        message: message.into(),
+    }
+}
+
+fn warning(code: &'static str, message: impl Into<String>) -> Finding {
+    Finding {
+        level: Level::Warning,
+        code,
+        message: message.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A follower's reply, as ZooKeeper 3.8 words it.
+    const FOLLOWER: &str = "Zookeeper version: 3.8.0-debian--1, built on 2023-01-01 00:00 UTC\n\
+        Latency min/avg/max: 0/0.5/3\nReceived: 12\nSent: 11\nConnections: 1\nOutstanding: 0\n\
+        Zxid: 0x100000004\nMode: follower\nNode count: 5\n";
+
+    const NOT_SERVING: &str = "This ZooKeeper instance is not currently serving requests\n";
+
+    fn probe(mode: Option<&str>) -> ServerProbe {
+        ServerProbe {
+            server: "h:2181".into(),
+            latency: Some(Duration::from_millis(1)),
+            mode: mode.map(str::to_owned),
+            ..ServerProbe::default()
+        }
+    }
+
+    fn dead() -> ServerProbe {
+        ServerProbe {
+            server: "h:2181".into(),
+            error: Some("connection refused".into()),
+            ..ServerProbe::default()
+        }
+    }
+
+    fn codes(probes: &[ServerProbe], ops: Result<(), String>) -> Vec<&'static str> {
+        let reports: Vec<Report> = probes.iter().map(server).collect();
+        let mut codes: Vec<_> = reports
+            .iter()
+            .flat_map(|r| r.findings.iter().map(|f| f.code))
+            .collect();
+        codes.extend(ensemble_findings(probes, &reports, ops).iter().map(|f| f.code));
+        codes
+    }
+
+    #[test]
+    fn the_servers_of_a_url_are_its_hosts_alone() {
+        assert_eq!(
+            servers("zk://u:pw@a:1,b:2,[::1]:3/locks/x?session_timeout=2s"),
+            ["a:1", "b:2", "[::1]:3"]
+        );
+        assert_eq!(servers("zk://a:2181"), ["a:2181"]);
+    }
+
+    #[test]
+    fn a_srvr_reply_gives_the_mode_the_release_and_the_zxid() {
+        let mut follower = probe(None);
+        read_reply(&mut follower, FOLLOWER);
+        assert_eq!(follower.mode.as_deref(), Some("follower"));
+        assert_eq!(follower.version, "3.8.0");
+        assert_eq!(follower.zxid, "0x100000004");
+        assert!(follower.error.is_none());
+        let mut electing = probe(None);
+        read_reply(&mut electing, NOT_SERVING);
+        assert_eq!((electing.mode, electing.error), (None, None));
+        let mut other = probe(None);
+        read_reply(&mut other, "HTTP/1.1 400 Bad Request\r\n\r\n");
+        assert!(other.error.is_some_and(|e| e.contains("HTTP/1.1 400")));
+    }
+
+    #[test]
+    fn a_healthy_ensemble_has_no_finding() {
+        let probes = [
+            probe(Some("follower")),
+            probe(Some("leader")),
+            probe(Some("follower")),
+        ];
+        assert!(codes(&probes, Ok(())).is_empty());
+        assert!(codes(&[probe(Some("standalone"))], Ok(())).is_empty());
+    }
+
+    #[test]
+    fn a_dead_server_of_three_is_an_error_row_but_the_majority_stands() {
+        let probes = [probe(Some("leader")), dead(), probe(Some("follower"))];
+        assert_eq!(codes(&probes, Ok(())), ["unreachable"]);
+    }
+
+    #[test]
+    fn servers_electing_a_leader_are_no_majority() {
+        let probes = [probe(None), dead(), probe(None)];
+        assert_eq!(
+            codes(&probes, Err("lock: timed out".into())),
+            [
+                "not_serving",
+                "unreachable",
+                "not_serving",
+                "lock_operations",
+                "no_leader",
+                "no_majority"
+            ]
+        );
+        let nobody = [dead(), dead(), dead()];
+        assert_eq!(
+            codes(&nobody, Err("lock: timed out".into())),
+            [
+                "unreachable",
+                "unreachable",
+                "unreachable",
+                "lock_operations",
+                "no_majority"
+            ]
+        );
+    }
+
+    #[test]
+    fn followers_without_a_listed_leader_are_an_error() {
+        let probes = [
+            probe(Some("follower")),
+            probe(Some("follower")),
+            probe(Some("follower")),
+        ];
+        assert_eq!(codes(&probes, Ok(())), ["no_leader"]);
+    }
+
+    #[test]
+    fn servers_of_different_ensembles_are_an_error() {
+        let standalones = [
+            probe(Some("standalone")),
+            probe(Some("standalone")),
+            probe(Some("standalone")),
+        ];
+        assert_eq!(codes(&standalones, Ok(())), ["several_ensembles"]);
+        let mixed = [
+            probe(Some("standalone")),
+            probe(Some("follower")),
+            probe(Some("leader")),
+        ];
+        assert_eq!(codes(&mixed, Ok(())), ["several_ensembles"]);
+    }
+
+    #[test]
+    fn a_read_only_server_and_an_even_list_are_reported() {
+        let probes = [
+            probe(Some("leader")),
+            probe(Some("follower")),
+            probe(Some("read-only")),
+        ];
+        assert_eq!(codes(&probes, Ok(())), ["read_only"]);
+        let four = [
+            probe(Some("leader")),
+            probe(Some("follower")),
+            probe(Some("follower")),
+            probe(Some("follower")),
+        ];
+        assert_eq!(codes(&four, Ok(())), ["even_servers"]);
+    }
+}
