@@ -21,7 +21,7 @@ source scripts/ensure-zookeeper.sh
 # Every integration test binary: package-target and path, from cargo's
 # build messages (two packages may have a test target of the same name).
 mapfile -t binaries < <(
-  cargo test --no-run --features quorumlock/etcd,quorumlock/zookeeper,quorumlock-cli/etcd --message-format=json 2>/dev/null | python3 -c '
+  cargo test --no-run --features quorumlock/etcd,quorumlock/zookeeper,quorumlock-cli/etcd,quorumlock-cli/zookeeper --message-format=json 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try:

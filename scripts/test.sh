@@ -19,10 +19,10 @@ else
   echo "clippy not installed: skipping lints" >&2
 fi
 
-# Library (with its etcd and ZooKeeper backends), CLI (with its demo and etcd
-# nodes), test kit, integration tests and the README/rustdoc examples; every
+# Library (with its etcd and ZooKeeper backends), CLI (with its demo, etcd and
+# ZooKeeper nodes), test kit, integration tests and the README/rustdoc examples; every
 # test binary runs, so that one failure does not hide another.
-cargo test --no-fail-fast --features quorumlock-cli/demo,quorumlock-cli/etcd,quorumlock/etcd,quorumlock/zookeeper
+cargo test --no-fail-fast --features quorumlock-cli/demo,quorumlock-cli/etcd,quorumlock-cli/zookeeper,quorumlock/etcd,quorumlock/zookeeper
 # The protocol model: the safe configurations explored exhaustively and the
 # negative controls' counterexamples (release build: about a minute on 2 cores).
 cargo test --release -p quorumlock-model
@@ -34,6 +34,7 @@ cargo check -p quorumlock --features etcd,tls
 cargo check -p quorumlock --features zookeeper
 cargo check -p quorumlock-cli
 cargo check -p quorumlock-cli --features tls,demo
+cargo check -p quorumlock-cli --features zookeeper
 cargo test -p quorumlock --features blocking --test blocking
 cargo test -p quorumlock --features blocking,etcd --test etcd blocking
 cargo test -p quorumlock --features blocking,zookeeper --test zookeeper blocking
