@@ -9,7 +9,7 @@ use quorumlock_testkit::eventually;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
 use tokio::time::Instant;
 
-use super::{TTL, client, ms};
+use super::{QUEUED_WITHIN, TTL, client, ms};
 
 #[tokio::test]
 async fn a_lock_is_exclusive_outlives_its_session_share_when_renewed_and_is_gone_after_release() {
@@ -53,7 +53,7 @@ async fn a_waiter_is_woken_by_the_release_and_gets_a_larger_fence_token() {
         let guard = b.lock("stock/sku-1", TTL).await.unwrap();
         (Instant::now(), guard.fence_token(), guard)
     });
-    eventually("the waiter queued", Duration::from_secs(5), || {
+    eventually("the waiter queued", QUEUED_WITHIN, || {
         zk.children("/stock/sku-1").len() == 2
     })
     .await;
@@ -139,7 +139,7 @@ async fn a_lock_that_is_not_renewed_ends_at_its_validity_and_its_node_goes() {
         .unwrap();
     let guard = a.try_lock("once", TTL).await.unwrap().expect("free");
     guard.lost().await;
-    eventually("the node deleted", Duration::from_secs(5), || {
+    eventually("the node deleted", QUEUED_WITHIN, || {
         zk.children("/once").is_empty()
     })
     .await;
@@ -270,12 +270,12 @@ async fn fencing_tokens_grow_across_a_multi_resource_holder_and_a_waiter_behind_
     let (y, x, z) = (client(&zk), client(&zk), client(&zk));
     let first = y.lock("a", TTL).await.unwrap();
     let both = tokio::spawn(async move { x.lock(["a", "b"], TTL).await.unwrap() });
-    eventually("the lock on a and b queued", Duration::from_secs(5), || {
+    eventually("the lock on a and b queued", QUEUED_WITHIN, || {
         zk.children("/a").len() == 2
     })
     .await;
     let after = tokio::spawn(async move { z.lock("a", TTL).await.unwrap() });
-    eventually("the waiter on a queued", Duration::from_secs(5), || {
+    eventually("the waiter on a queued", QUEUED_WITHIN, || {
         zk.children("/a").len() == 3
     })
     .await;

@@ -22,6 +22,12 @@ const TTL: Duration = Duration::from_secs(2);
 /// thirds of it.
 const SESSION: &str = "session_timeout=2s";
 
+/// How long a test waits for what it expects to see in the ensemble (a
+/// waiter's node, a deletion): seconds, as each look is a kazoo client in a
+/// python process of its own, and two copies of the suite with their JVMs
+/// on two cores take that long. Only a failing test waits it out.
+const QUEUED_WITHIN: Duration = Duration::from_secs(20);
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
