@@ -37,10 +37,15 @@ fn url(ensemble: &ZkEnsemble) -> String {
     format!("{}?{SESSION}", ensemble.url())
 }
 
+/// How long `lock` waits in these tests: a waiter stays in line while the
+/// test looks at the ensemble, up to [`QUEUED_WITHIN`] per look.
+const WAIT: Duration = Duration::from_secs(60);
+
 /// A client of its own (a session of its own) on `ensemble`.
 fn client(ensemble: &ZkEnsemble) -> Redlock {
     Redlock::builder()
         .node(url(ensemble))
+        .wait(WAIT)
         .build()
         .expect("ZooKeeper client")
 }
