@@ -9,7 +9,7 @@ use quorumlock_testkit::eventually;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
 use tokio::time::Instant;
 
-use super::{QUEUED_WITHIN, TTL, client, ms};
+use super::{HOLD, QUEUED_WITHIN, TTL, client, ms, steady};
 
 #[tokio::test]
 async fn a_lock_is_exclusive_outlives_its_session_share_when_renewed_and_is_gone_after_release() {
@@ -47,10 +47,10 @@ async fn a_lock_is_exclusive_outlives_its_session_share_when_renewed_and_is_gone
 #[tokio::test]
 async fn a_waiter_is_woken_by_the_release_and_gets_a_larger_fence_token() {
     let zk = ZkEnsemble::start(1);
-    let (a, b) = (client(&zk), client(&zk));
-    let first = a.lock("stock/sku-1", TTL).await.unwrap();
+    let (a, b) = (steady(&zk), steady(&zk));
+    let first = a.lock("stock/sku-1", HOLD).await.unwrap();
     let waiting = tokio::spawn(async move {
-        let guard = b.lock("stock/sku-1", TTL).await.unwrap();
+        let guard = b.lock("stock/sku-1", HOLD).await.unwrap();
         (Instant::now(), guard.fence_token(), guard)
     });
     eventually("the waiter queued", QUEUED_WITHIN, || {
@@ -69,13 +69,13 @@ async fn a_waiter_is_woken_by_the_release_and_gets_a_larger_fence_token() {
 #[tokio::test]
 async fn a_waiter_gives_up_when_its_wait_runs_out_and_leaves_nothing() {
     let zk = ZkEnsemble::start(1);
-    let holder = client(&zk);
-    let guard = holder.lock("job", TTL).await.unwrap();
-    let waiter = client(&zk)
+    let holder = steady(&zk);
+    let guard = holder.lock("job", HOLD).await.unwrap();
+    let waiter = steady(&zk)
         .with_options(LockOptions::new().wait(ms(300)))
         .unwrap();
     let started = Instant::now();
-    match waiter.lock("job", TTL).await {
+    match waiter.lock("job", HOLD).await {
         Err(Error::Held { .. }) => {}
         other => panic!("expected Held, got {other:?}"),
     }
@@ -114,14 +114,14 @@ async fn a_holder_cut_off_from_zookeeper_hears_of_the_loss_before_its_session_ca
 #[tokio::test]
 async fn a_multi_resource_lock_is_all_or_nothing() {
     let zk = ZkEnsemble::start(1);
-    let (a, b) = (client(&zk), client(&zk));
+    let (a, b) = (steady(&zk), steady(&zk));
     let both = a
-        .try_lock(["acct/1", "acct/2"], TTL)
+        .try_lock(["acct/1", "acct/2"], HOLD)
         .await
         .unwrap()
         .expect("free");
-    assert!(b.try_lock("acct/2", TTL).await.unwrap().is_none());
-    assert!(b.try_lock(["acct/3", "acct/2"], TTL).await.unwrap().is_none());
+    assert!(b.try_lock("acct/2", HOLD).await.unwrap().is_none());
+    assert!(b.try_lock(["acct/3", "acct/2"], HOLD).await.unwrap().is_none());
     assert!(b.shutdown(Duration::from_secs(2)).await.is_complete());
     assert!(
         zk.children("/acct/3").is_empty(),
@@ -267,14 +267,14 @@ async fn bad_settings_are_config_errors_that_say_which() {
 #[tokio::test]
 async fn fencing_tokens_grow_across_a_multi_resource_holder_and_a_waiter_behind_it() {
     let zk = ZkEnsemble::start(1);
-    let (y, x, z) = (client(&zk), client(&zk), client(&zk));
-    let first = y.lock("a", TTL).await.unwrap();
-    let both = tokio::spawn(async move { x.lock(["a", "b"], TTL).await.unwrap() });
+    let (y, x, z) = (steady(&zk), steady(&zk), steady(&zk));
+    let first = y.lock("a", HOLD).await.unwrap();
+    let both = tokio::spawn(async move { x.lock(["a", "b"], HOLD).await.unwrap() });
     eventually("the lock on a and b queued", QUEUED_WITHIN, || {
         zk.children("/a").len() == 2
     })
     .await;
-    let after = tokio::spawn(async move { z.lock("a", TTL).await.unwrap() });
+    let after = tokio::spawn(async move { z.lock("a", HOLD).await.unwrap() });
     eventually("the waiter on a queued", QUEUED_WITHIN, || {
         zk.children("/a").len() == 3
     })

@@ -41,6 +41,23 @@ fn url(ensemble: &ZkEnsemble) -> String {
 /// test looks at the ensemble, up to [`QUEUED_WITHIN`] per look.
 const WAIT: Duration = Duration::from_secs(60);
 
+/// The ttl of a lock that must stay held while a test looks at the
+/// ensemble (see [`steady`]).
+const HOLD: Duration = Duration::from_secs(10);
+
+/// A client with the default 10 s session, for a holder that must keep its
+/// lock while the test looks at the ensemble: with the tests' 2 s session a
+/// loaded machine (two copies of the suite and their JVMs on two cores) can
+/// hold heartbeats up past the 1.3 s they vouch for, and the lock is lost,
+/// as it must be. Take its locks with [`HOLD`].
+fn steady(ensemble: &ZkEnsemble) -> Redlock {
+    Redlock::builder()
+        .node(ensemble.url())
+        .wait(WAIT)
+        .build()
+        .expect("ZooKeeper client")
+}
+
 /// A client of its own (a session of its own) on `ensemble`.
 fn client(ensemble: &ZkEnsemble) -> Redlock {
     Redlock::builder()
