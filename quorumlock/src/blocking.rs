@@ -328,7 +328,8 @@ impl Guard {
     }
 
     /// The fencing token (see [`crate::Guard::fence_token`]): with
-    /// [`LockOptions::fenced`](crate::LockOptions::fenced), and always on etcd.
+    /// [`LockOptions::fenced`](crate::LockOptions::fenced), and always on
+    /// etcd and ZooKeeper.
     pub fn fence_token(&self) -> Option<u64> {
         self.inner().fence_token()
     }

@@ -10,9 +10,10 @@ use crate::lock::resources::Resources;
 use crate::options::LockOptions;
 
 /// A distributed lock client over N independent Redis nodes (Redlock), or,
-/// with the `etcd` feature and an `etcd://` node URL, over one etcd cluster
-/// (see [`RedlockBuilder::node`](crate::RedlockBuilder::node)): the same
-/// calls, guards and errors on either.
+/// with the `etcd` feature and an `etcd://` node URL, over one etcd cluster,
+/// or, with the `zookeeper` feature and a `zk://` node URL, over one
+/// ZooKeeper ensemble (see [`RedlockBuilder::node`](crate::RedlockBuilder::node)):
+/// the same calls, guards and errors on each.
 ///
 /// Cheap to clone (an `Arc`); clones share connections and settings. Create
 /// it once with [`Redlock::builder`] and use it from any task. Connections are
@@ -81,7 +82,8 @@ impl Redlock {
     }
 
     /// Number of configured nodes (independent quorum members): the Redis
-    /// nodes, or 1 for an etcd cluster, which keeps its own quorum.
+    /// nodes, or 1 for an etcd cluster or a ZooKeeper ensemble, which keeps
+    /// its own quorum.
     pub fn nodes(&self) -> usize {
         self.backend.members()
     }

@@ -6,9 +6,9 @@
 // The layers, each using only those above it in this list:
 // leaves (config, duration, error, options, random, redact, tasks), then wire <- node <-
 // quorum <- lock <- client (builder, client, env, shutdown) <- extras
-// (idempotency, blocking, inspect). The etcd backend sits beside the Redis
-// layers (it uses lock::state and quorum::Lease), below `backend`, the seam
-// the client and guards use. docs/design.md has the map.
+// (idempotency, blocking, inspect). The etcd and ZooKeeper backends sit
+// beside the Redis layers (they use lock::state and quorum::Lease), below
+// `backend`, the seam the client and guards use. docs/design.md has the map.
 mod config;
 mod duration;
 mod error;

@@ -161,7 +161,8 @@ impl Guard {
 
     /// The fencing token agreed at acquisition, when the lock was taken with
     /// [`crate::LockOptions::fenced`] (on etcd always: the revision at which
-    /// the lock was seen ours): larger than the token of every earlier
+    /// the lock was seen ours; on ZooKeeper always: a zxid at which it was
+    /// seen ours): larger than the token of every earlier
     /// holder of these resources. Pass it to the protected resource (e.g.
     /// [`crate::FencedWrite`]) so that it can refuse a stale holder.
     pub fn fence_token(&self) -> Option<u64> {

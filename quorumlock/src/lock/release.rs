@@ -13,7 +13,7 @@ use crate::quorum::{Quorum, Tally, Until};
 use crate::tasks::BackgroundWork;
 use crate::wire::lock::{Extend, Release};
 
-/// What [`Guard::release`] achieved.
+/// What [`Guard::release`](crate::Guard::release) achieved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ReleaseReport {
