@@ -192,6 +192,24 @@ fn run_starts_its_command_with_the_default_session_and_ttl() {
     assert_eq!(text(&output.stdout), "ran\n");
 }
 
+/// A --grace longer than the validity a session grants (two thirds of the
+/// tests' 2 s session) is a usage error that names it, not a lock "held up".
+#[test]
+fn a_grace_beyond_what_the_session_grants_is_a_usage_error() {
+    let ensemble = ZkEnsemble::start(1);
+    let output = quorumlock(&ensemble, &["run", "--key", "graceful", "--grace", "2s"])
+        .args(["--", "sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("--grace 2s"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(text(&output.stdout), "", "the command did not run");
+}
+
 /// How long the command of [`run_keeps_its_command_through_the_heartbeats`]
 /// runs: past two validity periods of the tests' session (two thirds of
 /// 2 s each), so that it lives through heartbeats.
