@@ -263,7 +263,23 @@ async fn hold(
         Ok(guard) => guard,
         Err(code) => return code,
     };
+    let granted = guard.remaining();
     let (period, grace) = fit_to_session(args, &guard, (ttl, grace), session_bound);
+    // Checked at once, so that a stall later (the lines below, the fork)
+    // is told apart: the grace asked for is more than the lock ever had (a
+    // ZooKeeper lock has two thirds of its session timeout).
+    if grace >= granted {
+        return fail(
+            Exit::Usage,
+            format!(
+                "--grace {} is not less than the {} of validity lock {:?} was granted; the \
+                 command did not run: give a shorter --grace",
+                show(grace),
+                show(granted),
+                args.key
+            ),
+        );
+    }
     if args.verbose {
         crate::say!(
             "quorumlock: acquired {:?} (majority {} of {} nodes), valid for {}",

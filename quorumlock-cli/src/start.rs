@@ -56,20 +56,6 @@ pub(crate) async fn start(
         )
     };
     if Instant::now() >= start_by {
-        // Not held up: the grace asked for is more than the lock ever had
-        // (a ZooKeeper lock has two thirds of its session timeout).
-        if grace >= guard.remaining() {
-            return Err(fail(
-                Exit::Usage,
-                format!(
-                    "--grace {} is not less than the {} of validity lock {:?} was granted; the \
-                     command did not run: give a shorter --grace",
-                    show(grace),
-                    show(guard.remaining()),
-                    key
-                ),
-            ));
-        }
         return Err(too_late());
     }
     let (mut reaper, mut guardian) = match start_guardian(guard) {
