@@ -230,19 +230,38 @@ const SESSION_GRACE_DIVISOR: u32 = 4;
 /// deadline must then be refreshed at that pace rather than the ttl's, and
 /// the default grace, made for the ttl, would leave the command no time to
 /// start, or stop it before a heartbeat. A --grace given is the user's to
-/// fit (the start rule refuses one that leaves no time).
+/// fit.
+///
+/// Checked right after the acquisition, so that a stall later (the verbose
+/// line, the fork) is told apart: a grace that is not less than the
+/// validity the lock was granted is a usage error, said here.
 fn fit_to_session(
     args: &Args,
     guard: &Guard,
     (ttl, grace): (Duration, Duration),
     session_bound: bool,
-) -> (Duration, Duration) {
-    if !session_bound {
-        return (ttl, grace);
+) -> Result<(Duration, Duration), ExitCode> {
+    let granted = guard.remaining();
+    let (period, grace) = if session_bound {
+        let period = granted.min(ttl);
+        let fitted = grace.min(period / SESSION_GRACE_DIVISOR);
+        (period, args.grace.unwrap_or(fitted))
+    } else {
+        (ttl, grace)
+    };
+    if grace >= granted {
+        return Err(fail(
+            Exit::Usage,
+            format!(
+                "--grace {} is not less than the {} of validity lock {:?} was granted; the \
+                 command did not run: give a shorter --grace",
+                show(grace),
+                show(granted),
+                args.key
+            ),
+        ));
     }
-    let granted = guard.remaining().min(ttl);
-    let fitted = grace.min(granted / SESSION_GRACE_DIVISOR);
-    (granted, args.grace.unwrap_or(fitted))
+    Ok((period, grace))
 }
 
 /// Holds the lock while the command runs. `session_bound`: the lock lives in
@@ -263,31 +282,12 @@ async fn hold(
         Ok(guard) => guard,
         Err(code) => return code,
     };
-    let granted = guard.remaining();
-    let (period, grace) = fit_to_session(args, &guard, (ttl, grace), session_bound);
-    // Checked at once, so that a stall later (the lines below, the fork)
-    // is told apart: the grace asked for is more than the lock ever had (a
-    // ZooKeeper lock has two thirds of its session timeout).
-    if grace >= granted {
-        return fail(
-            Exit::Usage,
-            format!(
-                "--grace {} is not less than the {} of validity lock {:?} was granted; the \
-                 command did not run: give a shorter --grace",
-                show(grace),
-                show(granted),
-                args.key
-            ),
-        );
-    }
+    let (period, grace) = match fit_to_session(args, &guard, (ttl, grace), session_bound) {
+        Ok(fitted) => fitted,
+        Err(code) => return code,
+    };
     if args.verbose {
-        crate::say!(
-            "quorumlock: acquired {:?} (majority {} of {} nodes), valid for {}",
-            args.key,
-            redlock.quorum(),
-            redlock.nodes(),
-            show(guard.remaining())
-        );
+        say_acquired(args, redlock, &guard);
     }
     let (child, mut reaper, mut guardian) = match start::start(&args.key, &args.command, &guard, grace).await
     {
@@ -342,6 +342,17 @@ async fn hold(
     }
     release(args, guard, ttl).await;
     ExitCode::from(code_of(status))
+}
+
+/// The verbose line of an acquisition.
+fn say_acquired(args: &Args, redlock: &Redlock, guard: &Guard) {
+    crate::say!(
+        "quorumlock: acquired {:?} (majority {} of {} nodes), valid for {}",
+        args.key,
+        redlock.quorum(),
+        redlock.nodes(),
+        show(guard.remaining())
+    );
 }
 
 /// Waits for the lock; a signal ends the wait (SIGTSTP stops quorumlock
