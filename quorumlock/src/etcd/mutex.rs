@@ -15,10 +15,10 @@ use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::config::{ETCD_RENEW_RETRY, RENEW_DIVISOR};
 use crate::error::{Error, NodeErrorKind, Result};
+use crate::lock::in_line;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Acquisition, Held};
 use crate::options::LockOptions;
-use crate::quorum;
 use crate::random;
 
 /// Takes the lock on `resources`: once when `waiting` is false (busy is
@@ -33,38 +33,19 @@ pub(crate) async fn acquire(
     waiting: bool,
 ) -> Result<(Held, Keys)> {
     let ttl = store.check_ttl(ttl, options.min_validity)?;
-    let deadline = waiting.then(|| quorum::deadline_after(options.wait));
-    let mut attempts = 0;
-    loop {
-        if store.is_closed() {
-            return Err(Error::Closed);
-        }
-        attempts += 1;
-        let error = match attempt(store, options, resources, ttl, deadline).await {
-            Ok(taken) => return Ok(taken),
-            Err(error) => error,
-        };
-        let retry_at = Instant::now() + random::jitter(options.retry_delay);
-        let retriable = matches!(
-            error,
-            Error::Unreachable { .. } | Error::Lost { .. } | Error::ValidityUsedUp { .. }
-        );
-        let budget_left = options.max_attempts.is_none_or(|max| attempts < max);
-        match deadline {
-            Some(deadline) if retriable && budget_left && retry_at < deadline => {
-                tracing::debug!(%error, "etcd lock attempt failed; trying again");
-                tokio::time::sleep_until(retry_at).await;
-            }
-            // Our key vanished while we waited: the lease lapsed (a long
-            // failover). Nothing of ours is left; say why we gave up.
-            _ if matches!(error, Error::Lost { .. }) => {
-                return Err(store.unreachable(NodeErrorKind::Etcd(
-                    "the waiter's lease expired while it waited".into(),
-                )));
-            }
-            _ => return Err(error),
-        }
-    }
+    in_line::take(
+        options,
+        waiting,
+        || store.is_closed(),
+        |deadline| attempt(store, options, resources, ttl, deadline),
+        // Our key vanished while we waited: the lease lapsed.
+        || {
+            store.unreachable(NodeErrorKind::Etcd(
+                "the waiter's lease expired while it waited".into(),
+            ))
+        },
+    )
+    .await
 }
 
 /// One attempt under a fresh lease. Whatever it created is revoked unless

@@ -10,7 +10,9 @@
 //! - [`kind`]: what an attempt does besides taking the keys (fenced,
 //!   queued), chosen once;
 //! - [`registry`]: locks by id; [`shared`]: what all locks of one client
-//!   share.
+//!   share;
+//! - `in_line`: the attempts of a caller on a store that keeps its own line
+//!   of waiters (etcd, ZooKeeper).
 //!
 //! It speaks to the nodes only through the quorum layer, with requests of
 //! the wire layer.
@@ -18,6 +20,8 @@
 pub(crate) mod attempt;
 pub(crate) mod fence;
 pub(crate) mod guard;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+pub(crate) mod in_line;
 pub(crate) mod kind;
 pub(crate) mod registry;
 pub(crate) mod release;

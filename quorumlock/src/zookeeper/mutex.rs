@@ -13,10 +13,10 @@ use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Store, ZkResult};
 use crate::config::ZK_WAITER_RECHECK;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::in_line;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Acquisition, Held};
 use crate::options::LockOptions;
-use crate::quorum;
 use crate::random;
 
 /// Takes the lock on `resources`: once when `waiting` is false (busy is
@@ -31,38 +31,19 @@ pub(crate) async fn acquire(
     waiting: bool,
 ) -> Result<(Held, Nodes)> {
     check(store, options, ttl)?;
-    let deadline = waiting.then(|| quorum::deadline_after(options.wait));
-    let mut attempts = 0;
-    loop {
-        if store.is_closed() {
-            return Err(Error::Closed);
-        }
-        attempts += 1;
-        let error = match attempt(store, options, resources, ttl, deadline).await {
-            Ok(taken) => return Ok(taken),
-            Err(error) => error,
-        };
-        let retry_at = Instant::now() + random::jitter(options.retry_delay);
-        let retriable = matches!(
-            error,
-            Error::Unreachable { .. } | Error::Lost { .. } | Error::ValidityUsedUp { .. }
-        );
-        let budget_left = options.max_attempts.is_none_or(|max| attempts < max);
-        match deadline {
-            Some(deadline) if retriable && budget_left && retry_at < deadline => {
-                tracing::debug!(%error, "ZooKeeper lock attempt failed; trying again");
-                tokio::time::sleep_until(retry_at).await;
-            }
-            // Our node vanished while we waited: the session expired (a
-            // long partition). Nothing of ours is left; say why we gave up.
-            _ if matches!(error, Error::Lost { .. }) => {
-                return Err(store.unreachable(NodeErrorKind::ZooKeeper(
-                    "the waiter's session expired while it waited".into(),
-                )));
-            }
-            _ => return Err(error),
-        }
-    }
+    in_line::take(
+        options,
+        waiting,
+        || store.is_closed(),
+        |deadline| attempt(store, options, resources, ttl, deadline),
+        // Our node vanished while we waited: the session expired.
+        || {
+            store.unreachable(NodeErrorKind::ZooKeeper(
+                "the waiter's session expired while it waited".into(),
+            ))
+        },
+    )
+    .await
 }
 
 /// What a ZooKeeper lock cannot be asked for.

@@ -1,0 +1,59 @@
+//! Attempts at a lock on a store that keeps its own line of waiters (an
+//! etcd cluster, a ZooKeeper ensemble), tried again while the wait lasts.
+
+use std::future::Future;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::options::LockOptions;
+use crate::quorum;
+use crate::random;
+
+/// Runs `attempt` once when `waiting` is false, otherwise until it takes
+/// the lock or [`LockOptions::wait`] runs out: each attempt gets the wait's
+/// deadline, and one that failed on the store (unreachable, lost, validity
+/// used up) is tried again after the retry delay while the wait and the
+/// attempt budget last. `is_closed` ends it with [`Error::Closed`].
+///
+/// A waiter whose place vanished ([`Error::Lost`]: the store expired its
+/// lease or session, a long failover) that may not try again gets
+/// `lost_in_line`'s error instead, which says why it gave up.
+pub(crate) async fn take<T, F, Fut>(
+    options: &LockOptions,
+    waiting: bool,
+    is_closed: impl Fn() -> bool,
+    mut attempt: F,
+    lost_in_line: impl Fn() -> Error,
+) -> Result<T>
+where
+    F: FnMut(Option<Instant>) -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = waiting.then(|| quorum::deadline_after(options.wait));
+    let mut attempts = 0;
+    loop {
+        if is_closed() {
+            return Err(Error::Closed);
+        }
+        attempts += 1;
+        let error = match attempt(deadline).await {
+            Ok(taken) => return Ok(taken),
+            Err(error) => error,
+        };
+        let retry_at = Instant::now() + random::jitter(options.retry_delay);
+        let retriable = matches!(
+            error,
+            Error::Unreachable { .. } | Error::Lost { .. } | Error::ValidityUsedUp { .. }
+        );
+        let budget_left = options.max_attempts.is_none_or(|max| attempts < max);
+        match deadline {
+            Some(deadline) if retriable && budget_left && retry_at < deadline => {
+                tracing::debug!(%error, "lock attempt failed; trying again");
+                tokio::time::sleep_until(retry_at).await;
+            }
+            _ if matches!(error, Error::Lost { .. }) => return Err(lost_in_line()),
+            _ => return Err(error),
+        }
+    }
+}
