@@ -245,13 +245,22 @@ pub(super) fn node_args(port: u16, dir: &std::path::Path) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
+/// What to tell a user whose machine has no `redis-cli`.
+const REDIS_CLI_HINT: &str = "redis-cli was not found on PATH; install it with \
+     `sudo apt-get install -y redis-tools` (Debian/Ubuntu), `sudo dnf install redis` (Fedora) \
+     or `brew install redis` (macOS)";
+
 /// Runs `redis-cli <args>`, returning its stdout, or an error with its
 /// output when it fails.
 pub(super) fn redis_cli(args: &[&str]) -> io::Result<String> {
     let output = Command::new("redis-cli")
         .args(args)
         .stdin(Stdio::null())
-        .output()?;
+        .output()
+        .map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, REDIS_CLI_HINT),
+            _ => e,
+        })?;
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     // redis-cli exits 0 on an error reply; it prints it as "(error) ...",
     // or, its stdout not being a terminal, as "ERR ...".
