@@ -121,6 +121,58 @@ fn slot_migration_moves_the_key() {
 }
 
 #[test]
+fn slot_migration_moves_many_keys_in_batches() {
+    let cluster = RedisCluster::start(3, 1);
+    // One hash tag: every key in one slot, more than one MIGRATE batch.
+    let slot = cluster.slot_of("{batch}");
+    let from = cluster.primary_for_slot(slot);
+    let ports = cluster.ports();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{}/", ports[from])).expect("url");
+    let mut conn = client.get_connection().expect("connect to the slot's primary");
+    let mut pipe = redis::pipe();
+    for n in 0..KEYS_IN_SLOT {
+        pipe.set(format!("{{batch}}:{n}"), n).ignore();
+    }
+    pipe.query::<()>(&mut conn).expect("SET the keys");
+    let to = (from + 2) % 3;
+
+    cluster.migrate_slot(slot, to);
+    let count = |port: u16| -> String {
+        let slot = slot.to_string();
+        let reply = cluster.cli(&["-p", &port.to_string(), "CLUSTER", "COUNTKEYSINSLOT", &slot]);
+        reply.expect("COUNTKEYSINSLOT").trim().to_owned()
+    };
+    assert_eq!(count(ports[to]), KEYS_IN_SLOT.to_string());
+    assert_eq!(count(ports[from]), "0");
+    assert_eq!(get(&cluster, "{batch}:123"), "123");
+    // Moving it back is the same operation the other way.
+    cluster.migrate_slot(slot, from);
+    assert_eq!(count(ports[from]), KEYS_IN_SLOT.to_string());
+    cluster.wait_healthy();
+}
+
+/// More keys than one `MIGRATE` batch of the harness moves.
+const KEYS_IN_SLOT: usize = 250;
+
+#[test]
+fn without_replicas_a_killed_primary_comes_back_empty() {
+    let mut cluster = RedisCluster::start(3, 0);
+    assert_eq!(cluster.len(), 3);
+    let slot = cluster.slot_of("lock:gone");
+    set(&cluster, "lock:gone", "held");
+    let owner = cluster.primary_for_slot(slot);
+    cluster.kill(owner);
+    assert!(!cluster.is_running(owner));
+    // Its port refuses connections while it is dead.
+    let port = cluster.ports()[owner];
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
+
+    cluster.restart(owner);
+    assert_eq!(cluster.primary_for_slot(slot), owner);
+    assert_eq!(get(&cluster, "lock:gone"), "", "no persistence: the key is gone");
+}
+
+#[test]
 fn a_paused_primary_is_taken_over_and_rejoins_as_a_replica() {
     let cluster = RedisCluster::start(3, 1);
     let paused = cluster.pause(0);
