@@ -36,6 +36,14 @@
 //!   restart and SIGSTOP pauses of single servers, the leader (from
 //!   `srvr`), the children of a znode;
 //!   [`zookeeper_chaos`]: such an ensemble as a target of the checker.
+//! - [`redis_cluster`]: a [`redis_cluster::RedisCluster`] of real
+//!   `redis-server --cluster-enabled yes` nodes on free loopback ports
+//!   (primaries and replicas, formed with `redis-cli --cluster create`),
+//!   killed when dropped; kill, restart and SIGSTOP pauses of single nodes,
+//!   the primary of a slot, a failover, a slot migration with its keys.
+//! - [`sentinel`]: a [`sentinel::SentinelSetup`] of a master, its replicas
+//!   and sentinels on free loopback ports, killed when dropped; the master
+//!   the sentinels name, a failover, kill and restart of data nodes.
 //! - [`cli`]: running the `quorumlock` binary in tests: a command over
 //!   some servers, a running quorumlock cleaned up after a failed assertion,
 //!   the files its command writes, and process state from /proc.
@@ -100,6 +108,9 @@ pub mod fake;
 pub mod faults;
 pub mod panics;
 pub mod proxy;
+pub mod redis_cluster;
+mod redis_proc;
+pub mod sentinel;
 pub mod server;
 mod shim;
 pub mod skew;
