@@ -12,7 +12,7 @@ use crate::config::{
 };
 use crate::error::{Error, Result, Setting};
 use crate::lock::shared::Shared;
-use crate::node::{Node, ReplicaAck};
+use crate::node::{Node, ReplicaAck, Settings};
 use crate::options::LockOptions;
 use crate::quorum::Quorum;
 use crate::redact::redact_url;
@@ -341,41 +341,20 @@ impl RedlockBuilder {
         if let Some(backend) = self.other_backend(&tasks)? {
             return Ok(Redlock::new(backend, options));
         }
+        let settings = Settings {
+            connect_timeout: self.connect_timeout,
+            tasks: Arc::clone(&tasks),
+            batching: self.batching,
+            replica_ack: self.replica_ack,
+        };
         let nodes = self
             .nodes
             .into_iter()
-            .map(|spec| {
-                let client = match spec {
-                    NodeSpec::Client(client) => client,
-                    NodeSpec::Url(url) if url.starts_with("rediss://") && !cfg!(feature = "tls") => {
-                        return Err(Error::config(
-                            Setting::Nodes,
-                            format!(
-                                "node {}: rediss:// needs the `tls` feature of quorumlock",
-                                redact_url(&url)
-                            ),
-                        ));
-                    }
-                    NodeSpec::Url(url) => redis::Client::open(url.as_str()).map_err(|e| {
-                        Error::config(Setting::Nodes, format!("bad node URL {}: {e}", redact_url(&url)))
-                    })?,
-                };
-                if !client.get_connection_info().addr().is_supported() {
-                    return Err(Error::config(
-                        Setting::Nodes,
-                        format!(
-                            "node {} needs a transport this build lacks (rediss:// needs the `tls` feature)",
-                            client.get_connection_info().addr()
-                        ),
-                    ));
+            .map(|spec| match spec {
+                NodeSpec::Client(client) => Ok(Node::from_client(client, &settings)),
+                NodeSpec::Url(url) => {
+                    Node::open(&url, &settings).map_err(|e| Error::config(Setting::Nodes, e))
                 }
-                Ok(Node::new(
-                    client,
-                    self.connect_timeout,
-                    Arc::clone(&tasks),
-                    self.batching,
-                    self.replica_ack,
-                ))
             })
             .collect::<Result<Vec<_>>>()?;
         if nodes.len() % 2 == 0 {

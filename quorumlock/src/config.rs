@@ -280,6 +280,15 @@ pub(crate) const RATE_MAX_ERROR: f64 = 0.002;
 /// busy client cost the node next to nothing.
 pub(crate) const RATE_READ_EVERY: Duration = Duration::from_millis(200);
 
+/// The least time between two refreshes of a Redis Cluster member's slot
+/// map (`CLUSTER SLOTS`). While a primary fails over, every request to its
+/// slots fails and marks the map stale; one refresh per 100 ms bounds that
+/// to ten small commands a second per client, and still follows a promoted
+/// replica within a tenth of a second of the cluster announcing it (the
+/// failover itself takes the cluster's node timeout, seconds). A `MOVED`
+/// refusal corrects its slot at once, without waiting for a refresh.
+pub(crate) const SLOT_MAP_REFRESH_EVERY: Duration = Duration::from_millis(100);
+
 /// What "never" is for a wait or timeout of `Duration::MAX`: a century, far beyond any
 /// process's life, and small enough for every clock's `Instant`.
 pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);

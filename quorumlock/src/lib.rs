@@ -72,6 +72,10 @@ pub use lock::fence::{Fenced, FencedWrite};
 pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::resources::{MAX_RESOURCES, Resources};
 pub use node::ReplicaAck;
+// For the quorumlock CLI's `check` on Redis Cluster and Sentinel members,
+// not covered by semver.
+#[doc(hidden)]
+pub use node::{Layout as CliMemberLayout, layout_of as cli_member_layout};
 pub use options::LockOptions;
 #[doc(hidden)]
 pub use redact::redact_url;

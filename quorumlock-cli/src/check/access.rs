@@ -60,6 +60,10 @@ pub(super) fn deny(report: &mut Report, command: &'static Command, detail: &str)
             Level::Warning,
             "replica-acknowledged locks (ReplicaAck) cannot be used",
         ),
+        Need::Cluster => (
+            Level::Warning,
+            "this node cannot serve as a seed of a Redis Cluster member",
+        ),
         Need::Operator => (
             Level::Warning,
             "quorumlock status and unlock (Redlock::inspect, unlock, force_unlock) fail on this node",

@@ -107,6 +107,7 @@ fn label(need: Need) -> &'static str {
         Need::Lock => "every lock (errors)",
         Need::Handoff => "the hand-off (waiters then poll)",
         Need::ReplicaAck => "replica acknowledgement",
+        Need::Cluster => "a Redis Cluster member's routing",
         Need::Operator => "status and unlock",
         Need::Check => "this check's own view",
     }

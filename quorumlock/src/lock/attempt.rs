@@ -38,6 +38,9 @@ pub(crate) async fn attempt(
     kind: Kind,
 ) -> Result<Guard> {
     let ttl = shared.quorum.check_ttl(ttl, options.min_validity)?;
+    if shared.quorum.one_slot() {
+        resources.check_one_slot()?;
+    }
     if shared.is_closed() {
         return Err(Error::Closed);
     }

@@ -59,6 +59,36 @@ impl Resources {
         }
         Ok(self)
     }
+
+    /// Checks that the lock's keys fit a Redis Cluster member: a script
+    /// there may touch keys of one hash slot only, so every resource of a
+    /// lock, and every key derived from one (fence, hand-off queue), must
+    /// share a slot.
+    pub(crate) fn check_one_slot(&self) -> Result<()> {
+        let advice = "on a Redis Cluster member a lock's keys must share a hash slot: give them one \
+                      hash tag, as in {order:42}:stock and {order:42}:payment";
+        if let Some(name) = self.0.iter().find(|name| !keys::derives_in_slot(name)) {
+            return Err(Error::config(
+                Setting::Resources,
+                format!(
+                    "resource {name:?} has a `}}` but no hash tag, so its fence and queue keys cannot share its slot; {advice}"
+                ),
+            ));
+        }
+        let first = keys::slot(&self.0[0]);
+        if self.0.iter().any(|name| keys::slot(name) != first) {
+            let slots: Vec<String> = self
+                .0
+                .iter()
+                .map(|name| format!("{name:?} in slot {}", keys::slot(name)))
+                .collect();
+            return Err(Error::config(
+                Setting::Resources,
+                format!("{}; {advice}", slots.join(", ")),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Most resources one lock may take.

@@ -15,7 +15,8 @@ use super::resources::Resources;
 use crate::config::RENEW_DIVISOR;
 use crate::options::LockOptions;
 use crate::quorum::Lease;
-use crate::wire::lock::{Release, RenewItem};
+use crate::wire::lock::Release;
+use crate::wire::renew::RenewItem;
 
 /// The state of one held lock, shared by its guard and the watchdog.
 #[derive(Debug)]

@@ -26,7 +26,7 @@ use super::state::Held;
 use crate::config::{RENEW_DIVISOR, WATCHDOG_LINGER};
 use crate::quorum::{Quorum, Tally};
 use crate::tasks::BackgroundWork;
-use crate::wire::lock::{Renew, RenewItem, RenewStatus};
+use crate::wire::renew::{Renew, RenewItem, RenewStatus};
 
 /// The registry of renewed locks and the handle on the one renewal task.
 #[derive(Debug)]
@@ -219,7 +219,7 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
     let quorum = &watchdog.quorum;
     let start = Instant::now();
     let items: Arc<[RenewItem]> = due.iter().map(|held| held.renew_item()).collect();
-    let calls = Arc::new(Renew::chunks(&items, watchdog.heal));
+    let calls = Arc::new(Renew::chunks(&items, watchdog.heal, quorum.one_slot()));
     // Confirmations count only while every lock of the batch is still valid.
     let earliest = due.iter().map(|held| held.valid_until()).min().unwrap_or(start);
     let deadline = (start + quorum.node_timeout).min(earliest);

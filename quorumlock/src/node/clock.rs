@@ -122,6 +122,13 @@ impl ClockRate {
         }
     }
 
+    /// Forgets every reading: the server behind the node changed (a
+    /// failover), and its clock is another one.
+    pub(crate) fn forget(&self) {
+        self.samples.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.estimate.store(0, Ordering::Relaxed);
+    }
+
     /// The highest rate the node's clock can be running at, by its
     /// readings; `None` while no pair of them bounds it tightly enough (or
     /// the clock stood still or went back).

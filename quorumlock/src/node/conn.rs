@@ -10,14 +10,14 @@ use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::io::tcp::socket2::TcpKeepalive;
-use redis::{AsyncConnectionConfig, Client, Cmd, Pipeline, RedisResult, ServerErrorKind, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, ServerErrorKind, Value};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::config::{KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_RETRIES, STALL_FLOOR};
+use super::target::Target;
+use crate::config::STALL_FLOOR;
 use crate::wire::{self, wrong_reply_count};
 
 /// Numbers connections, so that a failed request discards only its own.
@@ -36,7 +36,7 @@ pub(crate) struct Started<R> {
 /// The node's one request connection and the ordered hand-over to it
 /// (see [`Node`](super::Node)); shared with the batcher's background flushes.
 pub(crate) struct Conn {
-    client: Client,
+    target: Target,
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     /// See [`Conn::stall_limit`].
@@ -60,14 +60,14 @@ struct Live {
 }
 
 impl Conn {
-    pub(crate) fn new(client: Client, connect_timeout: Duration, replica_wait: Option<Duration>) -> Self {
+    pub(crate) fn new(target: Target, connect_timeout: Duration, replica_wait: Option<Duration>) -> Self {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(connect_timeout))
             // The quorum layer bounds every request with its own deadline; a
             // release may rightly wait longer than any default here.
             .set_response_timeout(None);
         Conn {
-            client,
+            target,
             config,
             connect_timeout,
             stall_limit: Conn::stall_limit(connect_timeout, replica_wait),
@@ -75,9 +75,9 @@ impl Conn {
         }
     }
 
-    /// The client this connection is opened from.
-    pub(crate) fn client(&self) -> &Client {
-        &self.client
+    /// Where this connection goes.
+    pub(crate) fn target(&self) -> &Target {
+        &self.target
     }
 
     /// How long a connection may leave its requests unanswered, with no
@@ -202,8 +202,8 @@ impl Conn {
 
     /// Opens a connection and loads the scripts on it.
     async fn connect(&self) -> RedisResult<Live> {
-        let mut conn = self
-            .client
+        let client = self.target.client(self.connect_timeout).await?;
+        let mut conn = client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await?;
         let load = wire::load_all();
@@ -230,7 +230,7 @@ impl Conn {
     /// old flow is what is broken (half-open behind a firewall, a
     /// black-holed path): it is retired, and its requests still waiting fail
     /// at once, which drops its last handles and closes it with a reset (see
-    /// [`with_socket_options`]), so that nothing it still had to send can
+    /// [`with_socket_options`](super::target::with_socket_options)), so that nothing it still had to send can
     /// reach the node after the requests that follow on the new one. No
     /// request pays for this check but the first after a stall.
     async fn replace_if_silent(&self, slot: &mut Option<Live>) {
@@ -244,7 +244,7 @@ impl Conn {
         match probe {
             Ok(Ok(fresh)) if stalled.health.progress() == progress => {
                 tracing::warn!(
-                    node = %self.client.get_connection_info().addr(),
+                    node = ?self.target.last_address(),
                     silent_for = ?self.stall_limit,
                     "connection gave no reply while a new one answered: replaced"
                 );
@@ -275,10 +275,12 @@ impl Conn {
     /// the next request reconnects.
     ///
     /// A `NOSCRIPT` reply (someone ran `SCRIPT FLUSH`; the command did not
-    /// run) drops it too: the next connection loads the scripts again.
+    /// run) drops it too: the next connection loads the scripts again. So
+    /// does `READONLY`: the server became a replica (a failover), and a
+    /// Sentinel-managed member's next connection goes to the new master.
     async fn settle<R: Reply>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
         let broken = match &result {
-            Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_no_script(e),
+            Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_stale(e),
             Ok(reply) => reply.no_script(),
         };
         if broken {
@@ -402,33 +404,6 @@ fn retired() -> redis::RedisError {
     ))
 }
 
-/// `client` with the socket options of node connections (request and
-/// pub/sub), on top of those it has.
-///
-/// - TCP keepalive ([`KEEPALIVE_IDLE`]), unless the client sets its own.
-/// - `SO_LINGER` 0: closing sends a reset and discards what the socket has
-///   not yet delivered. A node connection is closed only once nothing waits
-///   for its replies (or it was retired, see [`Conn::replace_if_silent`]),
-///   and later requests go on a new connection. With an orderly close the
-///   kernel would keep retransmitting the old connection's last commands,
-///   which could then reach the node after requests sent later on the new
-///   one: the order [`Node`](super::Node) promises.
-pub(crate) fn with_socket_options(client: Client) -> Client {
-    let info = client.get_connection_info();
-    let mut tcp = info.tcp_settings().clone();
-    if tcp.keepalive().is_none() {
-        let keepalive = TcpKeepalive::new()
-            .with_time(KEEPALIVE_IDLE)
-            .with_interval(KEEPALIVE_INTERVAL)
-            .with_retries(KEEPALIVE_RETRIES);
-        tcp = tcp.set_keepalive(keepalive);
-    }
-    let tcp = tcp.set_linger_time(Duration::ZERO);
-    // Opening a connection info cannot fail; keep the client as given if it
-    // ever did.
-    Client::open(info.clone().set_tcp_settings(tcp)).unwrap_or(client)
-}
-
 /// A reply as [`Conn::settle`] checks it.
 pub(crate) trait Reply {
     /// The node answered `NOSCRIPT`: it has lost our scripts.
@@ -447,8 +422,12 @@ impl Reply for Vec<Value> {
     }
 }
 
-fn is_no_script(error: &redis::RedisError) -> bool {
-    error.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript)
+/// `NOSCRIPT` or `READONLY` (see [`Conn::settle`]).
+fn is_stale(error: &redis::RedisError) -> bool {
+    matches!(
+        error.kind(),
+        redis::ErrorKind::Server(ServerErrorKind::NoScript | ServerErrorKind::ReadOnly)
+    )
 }
 
 #[cfg(test)]

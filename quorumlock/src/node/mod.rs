@@ -1,300 +1,247 @@
-//! The node layer: one Redis node, its connection, the order of requests,
-//! batching, replica acknowledgement, pub/sub and the rate of its clock.
+//! The node layer: one member of the quorum and the servers behind it,
+//! their connections, the order of requests, batching, replica
+//! acknowledgement, pub/sub and the rate of their clocks.
 //!
-//! It sends [`Request`]s and returns their typed replies; what a request
-//! means (a lock, a fence, a queue) is for the layers above. Timeouts are
-//! not applied here but by the quorum layer, which owns the per-node budget;
-//! what a node does watch is whether its connection still answers at all
-//! (see `Conn::stall_limit`), since a request the quorum layer gave up on
-//! tells the connection nothing.
+//! A member is one Redis server, a Sentinel-managed master (one server at a
+//! time, the one the sentinels name) or a Redis Cluster (a server per
+//! primary, requests routed by hash slot: `cluster`). It sends
+//! [`Request`]s and returns their typed replies; what a request means (a
+//! lock, a fence, a queue) is for the layers above. Timeouts are not applied
+//! here but by the quorum layer, which owns the per-node budget; what a
+//! server does watch is whether its connection still answers at all (see
+//! `Conn::stall_limit`), since a request the quorum layer gave up on tells
+//! the connection nothing.
 
 mod batch;
 mod clock;
+mod cluster;
 mod conn;
 pub(crate) mod pubsub;
 mod replica;
+mod server;
+mod target;
+mod url;
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Client, RedisResult, Value};
-use tokio::time::Instant;
+use redis::{Client, RedisResult};
 
-use self::batch::Batcher;
-use self::clock::ClockRate;
-use self::conn::Conn;
+use self::cluster::Cluster;
 pub(crate) use self::replica::Acked;
 pub use self::replica::ReplicaAck;
+use self::server::Server;
+use self::target::Target;
 use crate::tasks::Tasks;
-use crate::wire::batch::Op;
-use crate::wire::clock::Time;
+use crate::wire::Request;
 use crate::wire::lock::{Acquire, Acquired, Release};
-use crate::wire::{self, Request};
 
-/// One independent Redis master taking part in the quorum.
+/// What every server of a client is built with.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) connect_timeout: Duration,
+    pub(crate) tasks: Arc<Tasks>,
+    /// Coalesce concurrent single-key acquires and releases (see `batch`).
+    pub(crate) batching: bool,
+    /// Follow every lock write with `WAIT` (see [`ReplicaAck`]).
+    pub(crate) replica_ack: Option<ReplicaAck>,
+}
+
+/// One member of the quorum: an independent failure domain whose answer
+/// counts once.
 ///
 /// # Order of requests
 ///
-/// Safety needs one ordering guarantee from this type: a request sent after
-/// another one runs after it on the node. A failed acquisition relies on it
-/// (its release must run after a SET that may still be queued on a slow
-/// node), and so does every release after an extend.
-///
-/// Redis runs the commands of one connection in the order it reads them, and
-/// the redis crate's multiplexed connection writes them in the order they
-/// were handed to it. What remains is to hand them over in the order the
-/// requests were made, also while the connection is being (re)established,
-/// when a crate-level reconnecting manager lets waiting requests go in any
-/// order. So every request takes a fair (first come, first served) lock,
-/// connects if needed, hands its command to the connection, and only then
-/// lets the next request in. The lock is never held while waiting for a reply.
-/// A connection with requests still waiting on it is replaced only when
-/// those can no longer run after the requests that follow: it broke, or it
-/// stayed silent while a new connection to the node answered (see
-/// `Conn::replace_if_silent`).
-///
-/// In replica-acknowledged mode ([`ReplicaAck`]) a lock write and its `WAIT`
-/// are handed over as one pipeline, so that they share a connection.
-pub(crate) struct Node {
-    /// `host:port/db` for messages; never contains the password.
-    name: String,
-    connect_timeout: Duration,
-    conn: Arc<Conn>,
-    mode: Mode,
-    /// Readings of the node's clock, for its rate.
-    clock: ClockRate,
-}
-
-/// How a node sends lock writes, chosen once when the client is built.
-enum Mode {
-    /// Each request as a command of its own.
-    Direct,
-    /// Concurrent single-key acquires and releases are coalesced (see
-    /// `batch`).
-    Batched(Arc<Batcher>),
-    /// Every lock write is followed by `WAIT` in one pipeline, so it goes on
-    /// its own; a release writes no lock and may still be coalesced.
-    ReplicaAck {
-        ack: ReplicaAck,
-        releases: Option<Arc<Batcher>>,
-    },
-}
-
-impl Mode {
-    fn new(batching: bool, replica_ack: Option<ReplicaAck>, tasks: Arc<Tasks>) -> Mode {
-        let batcher = batching.then(|| Arc::new(Batcher::new(tasks)));
-        match (replica_ack, batcher) {
-            (Some(ack), releases) => Mode::ReplicaAck { ack, releases },
-            (None, Some(batcher)) => Mode::Batched(batcher),
-            (None, None) => Mode::Direct,
-        }
-    }
-
-    /// The batcher a plain single-key acquire may join.
-    fn acquires(&self) -> Option<&Arc<Batcher>> {
-        match self {
-            Mode::Batched(batcher) => Some(batcher),
-            Mode::Direct | Mode::ReplicaAck { .. } => None,
-        }
-    }
-
-    /// The batcher a single-key release may join.
-    fn releases(&self) -> Option<&Arc<Batcher>> {
-        match self {
-            Mode::Batched(batcher)
-            | Mode::ReplicaAck {
-                releases: Some(batcher),
-                ..
-            } => Some(batcher),
-            Mode::Direct | Mode::ReplicaAck { releases: None, .. } => None,
-        }
-    }
-
-    /// The `WAIT` that follows each lock write, in replica-acknowledged mode.
-    fn ack(&self) -> Option<ReplicaAck> {
-        match self {
-            Mode::ReplicaAck { ack, .. } => Some(*ack),
-            Mode::Direct | Mode::Batched(_) => None,
-        }
-    }
+/// Safety needs one ordering guarantee from a member: a request sent after
+/// another one for the same key runs after it (or not at all). A failed
+/// acquisition relies on it (its release must run after a SET that may
+/// still be queued on a slow node), and so does every release after an
+/// extend. A server keeps it on its connection (see `Server`); a Sentinel
+/// member's next server holds only what the last one replicated before the
+/// failover; a cluster runs a request only where its key is (see
+/// `cluster`).
+pub(crate) enum Node {
+    /// One server: a single Redis node, or a Sentinel-managed master.
+    Server(Server),
+    /// A Redis Cluster.
+    Cluster(Cluster),
 }
 
 impl Node {
-    /// A node that connects on first use (building a client needs neither a
-    /// runtime nor a reachable node). With `batching`, concurrent single-key
-    /// acquires and releases are coalesced; with `replica_ack`, every lock
-    /// write is followed by `WAIT`.
-    pub(crate) fn new(
-        client: Client,
-        connect_timeout: Duration,
-        tasks: Arc<Tasks>,
-        batching: bool,
-        replica_ack: Option<ReplicaAck>,
-    ) -> Self {
-        let client = conn::with_socket_options(client);
+    /// The member a node URL names (see `url` for the forms); the message
+    /// of the error says what is wrong with the URL (never its password).
+    pub(crate) fn open(url: &str, settings: &Settings) -> Result<Node, String> {
+        url::member(url, settings)
+    }
+
+    /// A single-server member on `client`'s address.
+    pub(crate) fn from_client(client: Client, settings: &Settings) -> Node {
+        let client = target::with_socket_options(client);
         let info = client.get_connection_info();
         let name = format!("{}/{}", info.addr(), info.redis_settings().db());
-        // A `WAIT` holds back every later reply on its connection: the
-        // stall limit must allow for it.
-        let wait = replica_ack.map(|ack| ack.timeout());
-        Node {
-            name,
-            connect_timeout,
-            conn: Arc::new(Conn::new(client, connect_timeout, wait)),
-            mode: Mode::new(batching, replica_ack, tasks),
-            clock: ClockRate::default(),
-        }
+        Node::Server(Server::new(Target::Fixed(client), name, settings))
     }
 
     pub(crate) fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The client, for connections other than the request connection
-    /// (pub/sub).
-    pub(crate) fn client(&self) -> &Client {
-        self.conn.client()
+        match self {
+            Node::Server(server) => server.name(),
+            Node::Cluster(cluster) => cluster.name(),
+        }
     }
 
     pub(crate) fn connect_timeout(&self) -> Duration {
-        self.connect_timeout
+        match self {
+            Node::Server(server) => server.connect_timeout(),
+            Node::Cluster(cluster) => cluster.connect_timeout(),
+        }
     }
 
-    /// Sends `request` in request order (see the type docs) and returns its
-    /// reply; in replica-acknowledged mode, a lock write the replicas did
-    /// not acknowledge is the node's error.
+    /// Whether every script sent to this member may touch one hash slot
+    /// only (a Redis Cluster).
+    pub(crate) fn one_slot(&self) -> bool {
+        matches!(self, Node::Cluster(_))
+    }
+
+    /// Sends `request` in request order and returns its reply; in
+    /// replica-acknowledged mode, a lock write the replicas did not
+    /// acknowledge is the node's error.
     pub(crate) async fn send<R: Request>(&self, request: &R) -> RedisResult<Acked<R::Reply>> {
-        // Boxed: kept inline, the larger state of this path would be part of
-        // every request's future, batched ones included (each is built and
-        // boxed per node and operation; a large allocation leaves the
-        // allocator's fast path: the `request_futures_stay_small` test).
-        let (reply, acked) = Box::pin(self.send_direct(request)).await?;
-        Ok(acked.map(|()| reply))
+        match self {
+            Node::Server(server) => server.send(request).await,
+            // Boxed: routing makes a larger future, which would otherwise
+            // be part of every single server's requests too.
+            Node::Cluster(cluster) => Box::pin(cluster.send(request)).await,
+        }
     }
 
-    /// Sends `request` as a command of its own; in replica-acknowledged
-    /// mode a lock write goes in one pipeline with its `WAIT`. Returns the
-    /// reply and whether the replicas acknowledged it (always outside that
-    /// mode).
-    async fn send_direct<R: Request>(&self, request: &R) -> RedisResult<(R::Reply, Acked<()>)> {
-        let ack = self.mode.ack().filter(|_| request.writes_lock());
-        let Some(ack) = ack else {
-            let reply = self.conn.send(request.command()).await?;
-            return Ok((request.parse(reply)?, Ok(())));
-        };
-        let mut pipe = redis::pipe();
-        pipe.add_command(request.command()).add_command(ack.wait());
-        let [reply, wait] = <[Value; 2]>::try_from(self.conn.send_pipeline(pipe).await?)
-            .map_err(|_| wire::wrong_reply_count())?;
-        Ok((request.parse(reply)?, ack.check(wait)))
-    }
-
-    /// Takes a lock's keys: in the next batch when batching and the acquire
-    /// is a plain one, else on its own. In replica-acknowledged mode a
-    /// grant the replicas did not acknowledge is taken back before the node
-    /// reports their absence, so that a node that counts as failed keeps no
-    /// key of ours even if the attempt succeeds.
+    /// Takes a lock's keys (see `Server::acquire`).
     pub(crate) async fn acquire(&self, acquire: &Acquire) -> RedisResult<Acked<Acquired>> {
-        if let Some(batcher) = self.mode.acquires()
-            && let Some(op) = Op::acquire(acquire)
-        {
-            let granted = batch::submit(batcher, &self.conn, op).await?;
-            return Ok(Ok(Acquired { granted, fence: None }));
-        }
-        // Boxed for the reason `send` boxes.
-        let (acquired, acked) = Box::pin(self.send_direct(acquire)).await?;
-        match acked {
-            Err(missing) if acquired.granted => {
-                let undo = Release::new(Arc::clone(&acquire.keys), Arc::clone(&acquire.token));
-                let undone = Box::pin(self.conn.send(undo.command())).await;
-                if let Err(error) = undone.and_then(|reply| undo.parse(reply)) {
-                    tracing::debug!(node = self.name(), %error, "release of an unacknowledged grant failed");
-                }
-                Ok(Err(missing))
-            }
-            acked => Ok(acked.map(|()| acquired)),
+        match self {
+            Node::Server(server) => server.acquire(acquire).await,
+            Node::Cluster(cluster) => Box::pin(cluster.acquire(acquire)).await,
         }
     }
 
-    /// Deletes a lock's keys where they hold its token (in the next batch
-    /// when batching and single-key); replies how many it deleted.
+    /// Deletes a lock's keys where they hold its token; replies how many it
+    /// deleted.
     pub(crate) async fn release(&self, release: &Release) -> RedisResult<usize> {
-        if let Some(batcher) = self.mode.releases()
-            && let Some(op) = Op::release(release)
-        {
-            return Ok(usize::from(batch::submit(batcher, &self.conn, op).await?));
+        match self {
+            Node::Server(server) => server.release(release).await,
+            Node::Cluster(cluster) => Box::pin(cluster.release(release)).await,
         }
-        // A release writes no lock: never followed by `WAIT`.
-        Ok(self.send(release).await?.unwrap_or_default())
     }
 
-    /// The highest rate this node's clock can be running at against ours
-    /// (seconds of its clock per second of ours), by the readings taken so
-    /// far; `None` before two readings bound it.
-    pub(crate) fn clock_rate(&self) -> Option<f64> {
-        self.clock.fastest()
-    }
-
-    /// Whether a reading of this node's clock is due: `true` for one caller,
-    /// who then makes it ([`Node::read_clock`]).
-    pub(crate) fn clock_reading_due(&self) -> bool {
-        self.clock.claim_reading()
-    }
-
-    /// Reads the node's clock (`TIME`) for the estimate of its rate.
-    pub(crate) async fn read_clock(&self) -> RedisResult<()> {
-        let sent = Instant::now();
-        let reply = self.conn.send(Time.command()).await?;
-        let received = Instant::now();
-        self.clock.record(sent, received, Time.parse(reply)?);
-        Ok(())
-    }
-
-    /// Sends `requests` in request order as one pipeline (one round trip),
-    /// followed by one `WAIT` in replica-acknowledged mode when they write
-    /// locks; a write the replicas did not acknowledge fails them all. The
-    /// pipeline starts with a reading of the node's clock (`TIME`), for the
-    /// estimate of its rate ([`Node::clock_rate`]): the watchdog's renewals
-    /// take one per node and round without a round trip of their own.
+    /// Sends `requests` in request order as one pipeline per server, with a
+    /// reading of each server's clock (see `Server::send_pipeline`).
     pub(crate) async fn send_pipeline<R: Request>(
         &self,
         requests: &[R],
     ) -> RedisResult<Acked<Vec<R::Reply>>> {
-        let ack = self
-            .mode
-            .ack()
-            .filter(|_| requests.iter().any(Request::writes_lock));
-        let mut pipe = redis::pipe();
-        pipe.add_command(Time.command());
-        for request in requests {
-            pipe.add_command(request.command());
+        let requests: Vec<&R> = requests.iter().collect();
+        match self {
+            Node::Server(server) => server.send_pipeline(&requests).await,
+            Node::Cluster(cluster) => cluster.send_pipeline(&requests).await,
         }
-        if let Some(ack) = &ack {
-            pipe.add_command(ack.wait());
-        }
-        let sent = Instant::now();
-        let mut replies = self.conn.send_pipeline(pipe).await?.into_iter();
-        let received = Instant::now();
-        let node_us = Time.parse(replies.next().ok_or_else(wire::wrong_reply_count)?)?;
-        self.clock.record(sent, received, node_us);
-        let mut replies: Vec<Value> = replies.collect();
-        let acked = match &ack {
-            Some(ack) => ack.check(replies.pop().ok_or_else(wire::wrong_reply_count)?),
-            None => Ok(()),
-        };
-        let parsed = requests
-            .iter()
-            .zip(replies)
-            .map(|(request, reply)| request.parse(reply))
-            .collect::<RedisResult<Vec<_>>>()?;
-        Ok(acked.map(|()| parsed))
     }
+
+    /// The highest rate this member's clocks can be running at against
+    /// ours (seconds of its clock per second of ours), by the readings
+    /// taken so far; `None` before two readings bound it. A cluster's is
+    /// its fastest primary's.
+    pub(crate) fn clock_rate(&self) -> Option<f64> {
+        match self {
+            Node::Server(server) => server.clock_rate(),
+            Node::Cluster(cluster) => cluster.clock_rate(),
+        }
+    }
+
+    /// Whether a reading of the member's clocks is due: `true` for one
+    /// caller, who then makes it ([`Node::read_clock`]).
+    pub(crate) fn clock_reading_due(&self) -> bool {
+        match self {
+            Node::Server(server) => server.clock_reading_due(),
+            Node::Cluster(cluster) => cluster.clock_reading_due(),
+        }
+    }
+
+    /// Reads the member's clocks (`TIME`) for the estimate of their rate.
+    pub(crate) async fn read_clock(&self) -> RedisResult<()> {
+        match self {
+            Node::Server(server) => server.read_clock().await,
+            Node::Cluster(cluster) => cluster.read_clock().await,
+        }
+    }
+
+    /// A client for a pub/sub connection to this member, which hears every
+    /// wake-up published on it.
+    pub(crate) async fn pubsub_client(&self) -> RedisResult<Client> {
+        match self {
+            Node::Server(server) => server.target().client(server.connect_timeout()).await,
+            Node::Cluster(cluster) => cluster.pubsub_client().await,
+        }
+    }
+
+    /// What the member is made of, for `quorumlock check`.
+    pub(crate) async fn layout(&self) -> Layout {
+        match self {
+            Node::Server(server) => match server.target() {
+                Target::Fixed(_) => Layout::Server,
+                Target::Sentinel(set) => {
+                    let master = server.target().client(server.connect_timeout()).await;
+                    Layout::Sentinel {
+                        name: set.master().to_owned(),
+                        master: master
+                            .map(|client| client.get_connection_info().addr().to_string())
+                            .map_err(|e| e.to_string()),
+                    }
+                }
+            },
+            Node::Cluster(cluster) => Layout::Cluster {
+                primaries: cluster.shards().await,
+            },
+        }
+    }
+}
+
+/// What the member a node URL names is made of, as it answers now: for the
+/// quorumlock CLI's `check`, not covered by semver.
+#[doc(hidden)]
+pub async fn layout_of(url: &str, connect_timeout: Duration) -> Result<Layout, String> {
+    let settings = Settings {
+        connect_timeout,
+        tasks: Arc::default(),
+        batching: false,
+        replica_ack: None,
+    };
+    Ok(Node::open(url, &settings)?.layout().await)
+}
+
+/// What a member is made of (see [`layout_of`]).
+#[doc(hidden)]
+#[derive(Debug)]
+pub enum Layout {
+    /// One Redis server.
+    Server,
+    /// A Sentinel-managed master: its name, and the address (`host:port`)
+    /// of the server the sentinels name now, or why none could be found.
+    Sentinel {
+        /// The master's name.
+        name: String,
+        /// Its current server.
+        master: Result<String, String>,
+    },
+    /// A Redis Cluster: each primary's address (`host:port`) and its slot
+    /// ranges (inclusive); empty when no server of the cluster answered.
+    Cluster {
+        /// The primaries.
+        primaries: Vec<(String, Vec<(u16, u16)>)>,
+    },
 }
 
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Node").field(&self.name).finish()
+        f.debug_tuple("Node").field(&self.name()).finish()
     }
 }
 
@@ -310,13 +257,19 @@ mod tests {
     /// under load (docs/benchmarks.md has the sizes and the measurement). Under load nearly every request waits
     /// in its node's batch queue, which needs little state; sending a
     /// request directly (the connection's ordered hand-over) needs more and
-    /// is boxed on its own (`batch::submit`, `Node::send_direct`). The limit
+    /// is boxed on its own (`batch::submit`, `Server::send_direct`), and so is
+    /// every request to a Redis Cluster member. The limit
     /// keeps the futures small, with room to grow.
     #[test]
     fn request_futures_stay_small() {
         const LIMIT: usize = 512;
-        let client = Client::open("redis://127.0.0.1:1/").expect("a valid URL");
-        let node = Node::new(client, Duration::from_secs(1), Arc::default(), true, None);
+        let settings = Settings {
+            connect_timeout: Duration::from_secs(1),
+            tasks: Arc::default(),
+            batching: true,
+            replica_ack: None,
+        };
+        let node = Node::open("redis://127.0.0.1:1/", &settings).expect("a valid URL");
         let keys: Arc<[String]> = Arc::from(["k".to_owned()]);
         let token: Arc<str> = Arc::from("token");
         let acquire = Acquire {

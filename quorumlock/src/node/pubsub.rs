@@ -155,7 +155,8 @@ impl Connection {
     /// connections and then drops or ignores them is backed off like one
     /// that refuses them.
     async fn open(node: &Node, listener: &Weak<dyn Listener>, channel: &str) -> Opened {
-        let connected = tokio::time::timeout(node.connect_timeout(), node.client().get_async_pubsub()).await;
+        let connect = async { node.pubsub_client().await?.get_async_pubsub().await };
+        let connected = tokio::time::timeout(node.connect_timeout(), connect).await;
         let Ok(Ok(pubsub)) = connected else {
             return Opened::Unreachable;
         };

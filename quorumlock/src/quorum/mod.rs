@@ -44,6 +44,12 @@ impl Quorum {
         self.nodes.len()
     }
 
+    /// Whether some member is a Redis Cluster, where a script may touch one
+    /// hash slot only.
+    pub(crate) fn one_slot(&self) -> bool {
+        self.nodes.iter().any(Node::one_slot)
+    }
+
     /// Nodes that must agree: a majority of all of them.
     pub(crate) fn majority(&self) -> usize {
         quorum(self.nodes.len())

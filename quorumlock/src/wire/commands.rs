@@ -24,6 +24,8 @@ pub enum Need {
     Handoff,
     /// Replica-acknowledged locks (opt-in).
     ReplicaAck,
+    /// Redis Cluster members: without it a cluster member finds no primary.
+    Cluster,
     /// The operator tools: `status` and `unlock`.
     Operator,
     /// Only `check`'s own view of the node; the library never sends it.
@@ -125,6 +127,7 @@ commands! {
     UNSUBSCRIBE = "UNSUBSCRIBE", Handoff, Alone, "idle wake-up connections leave their channel with it";
     PING = "PING", Handoff, Alone, "idle wake-up connections are checked with it";
     WAIT = "WAIT", ReplicaAck, Alone, "replica-acknowledged locks wait for replicas with it";
+    CLUSTER_SLOTS = "CLUSTER SLOTS", Cluster, Alone, "a Redis Cluster member learns which primary serves which slot with it";
     TYPE = "TYPE", Operator, InScript("KEYS[1]"),
         "status and unlock tell a lock's token from other data with it";
     ZCARD = "ZCARD", Operator, InScript("KEYS[2]"), "status counts a lock's waiters with it";

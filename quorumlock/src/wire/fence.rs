@@ -125,6 +125,10 @@ impl Request for Propose {
             highest: u64::try_from(highest).unwrap_or(0),
         })
     }
+
+    fn route_key(&self) -> Option<&str> {
+        self.fence_keys.first().map(String::as_str)
+    }
 }
 
 /// A fenced write to caller data: applies the operation only when the

@@ -119,6 +119,10 @@ impl Request for Claim {
             other => Err(unexpected("the claim script", &other)),
         }
     }
+
+    fn route_key(&self) -> Option<&str> {
+        self.key.first().map(String::as_str)
+    }
 }
 
 /// [`STORE`]: replies whether our marker was still there and was replaced.
@@ -141,5 +145,9 @@ impl Request for Store {
 
     fn parse(&self, reply: Value) -> RedisResult<bool> {
         Ok(integer("the store script", reply)? == 1)
+    }
+
+    fn route_key(&self) -> Option<&str> {
+        self.key.first().map(String::as_str)
     }
 }

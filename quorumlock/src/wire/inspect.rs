@@ -116,6 +116,10 @@ impl Request for Inspect {
                 .map_err(|_| unexpected("the inspect script", &Value::Int(waiters)))?,
         })
     }
+
+    fn route_key(&self) -> Option<&str> {
+        Some(&self.key)
+    }
 }
 
 /// [`FORCE_DELETE`] of `key`, announced on its queue key `queue`. Replies
@@ -138,6 +142,10 @@ impl Request for ForceDelete {
     fn parse(&self, reply: Value) -> RedisResult<Content> {
         let [kind, value] = items::<2>("the force delete script", reply)?;
         Content::from_reply(kind, value)
+    }
+
+    fn route_key(&self) -> Option<&str> {
+        Some(&self.key)
     }
 }
 

@@ -102,6 +102,21 @@ fn write_derived(out: &mut impl fmt::Write, prefix: &str, resource: &str) -> fmt
     }
 }
 
+/// The number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The hash slot of `key` in a Redis Cluster: the CRC16 (XMODEM) of its
+/// hash tag, or of the whole key without one, modulo [`SLOTS`].
+pub(crate) fn slot(key: &str) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).unwrap_or(key).as_bytes()) % SLOTS
+}
+
+/// Whether every key derived from `resource` shares its hash slot (see
+/// [`derived`]): not for a name with a `}` but no hash tag.
+pub(crate) fn derives_in_slot(resource: &str) -> bool {
+    hash_tag(resource).is_some() || !resource.contains('}')
+}
+
 /// The hash tag of `key` as Redis Cluster reads it: the text between the
 /// first `{` and the first `}` after it, when not empty.
 fn hash_tag(key: &str) -> Option<&str> {
@@ -127,6 +142,23 @@ mod tests {
                 assert!(is_reserved(&key), "{key}");
             }
         }
+    }
+
+    /// Figures from the Redis Cluster specification: `CLUSTER KEYSLOT`
+    /// answers these, and CRC16 (XMODEM) of "123456789" is 0x31C3.
+    #[test]
+    fn slots_are_those_redis_cluster_computes() {
+        assert_eq!(slot("123456789"), 0x31C3);
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("{user1000}.followers"));
+        assert_eq!(slot("a{}b"), slot("a{}b"));
+        for resource in ["stock:42", "a{user:1}b", "{x}", "a{b"] {
+            assert!(derives_in_slot(resource));
+            for key in [fence(resource), queue(resource)] {
+                assert_eq!(slot(&key), slot(resource), "{resource} -> {key}");
+            }
+        }
+        assert!(!derives_in_slot("a}b"));
     }
 
     #[test]

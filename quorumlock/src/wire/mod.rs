@@ -4,7 +4,7 @@
 //! implements [`Request`]: it builds its command and parses the reply to
 //! it, next to the Lua script it calls (if any), so that what is sent and
 //! what is expected back are written once, together. Replies are typed
-//! ([`Acquired`](lock::Acquired), [`RenewStatus`](lock::RenewStatus), ...); a reply of the wrong shape is an
+//! ([`Acquired`](lock::Acquired), [`RenewStatus`](renew::RenewStatus), ...); a reply of the wrong shape is an
 //! error of that node, never a yes.
 //!
 //! Every key a script touches is passed in `KEYS`, and every key the
@@ -37,12 +37,13 @@
 //! the bound it relies on: per-lock scripts loop over one lock's keys (at
 //! most [`MAX_LOCK_KEYS`]); the batch scripts over at most
 //! [`BATCH_MAX`](batch::BATCH_MAX) requests; renewal over at most
-//! [`RENEW_CHUNK_KEYS`](lock::RENEW_CHUNK_KEYS) keys per call; the hand-off
+//! [`RENEW_CHUNK_KEYS`](renew::RENEW_CHUNK_KEYS) keys per call; the hand-off
 //! queues, which anyone may fill, at most
 //! [`ANNOUNCE_SCAN`](queue::ANNOUNCE_SCAN) entries per release.
 
 pub(crate) mod batch;
 pub(crate) mod clock;
+pub(crate) mod cluster;
 pub(crate) mod commands;
 pub(crate) mod fence;
 pub(crate) mod idempotency;
@@ -51,6 +52,7 @@ pub(crate) mod keys;
 pub(crate) mod lock;
 pub mod probe;
 pub(crate) mod queue;
+pub(crate) mod renew;
 pub(crate) mod replica;
 mod reply;
 mod request;
@@ -70,7 +72,7 @@ pub(crate) static SCRIPTS: &[&script::Script] = &[
     &lock::ACQUIRE,
     &lock::RELEASE,
     &lock::EXTEND,
-    &lock::RENEW,
+    &renew::RENEW,
     &idempotency::CLAIM,
     &idempotency::STORE,
     &fence::FENCED_ACQUIRE,

@@ -260,6 +260,10 @@ impl Request for Register {
     fn parse(&self, reply: Value) -> RedisResult<usize> {
         count("the queue registration script", reply)
     }
+
+    fn route_key(&self) -> Option<&str> {
+        self.0.queues.first().map(String::as_str)
+    }
 }
 
 /// [`UNREGISTER`]: leaves the queues. Replies how many it left.
@@ -280,6 +284,10 @@ impl Request for Unregister {
 
     fn parse(&self, reply: Value) -> RedisResult<usize> {
         count("the queue removal script", reply)
+    }
+
+    fn route_key(&self) -> Option<&str> {
+        self.queues.first().map(String::as_str)
     }
 }
 

@@ -21,4 +21,12 @@ pub(crate) trait Request {
     fn writes_lock(&self) -> bool {
         false
     }
+
+    /// The key whose hash slot the request is routed by on a Redis Cluster
+    /// member; every other key it touches shares that slot (see
+    /// [`keys`](super::keys)). `None` for a request without keys, which any
+    /// server of the member may answer.
+    fn route_key(&self) -> Option<&str> {
+        None
+    }
 }

@@ -76,7 +76,7 @@ pub(crate) use script;
 /// The most keys one lock may have: bounds the work of every per-lock
 /// script, each of which touches every key of its lock (and the keys derived
 /// from it) a constant number of times, and keeps one lock within a renewal
-/// call (`lock::RENEW_CHUNK_KEYS`). Sixty-four keys keep each of them in
+/// call (`renew::RENEW_CHUNK_KEYS`). Sixty-four keys keep each of them in
 /// the tens of microseconds. The client's per-lock resource limit must not
 /// exceed it.
 pub(crate) const MAX_LOCK_KEYS: usize = 64;

@@ -1,0 +1,175 @@
+//! The lock's API over three members that are each a Redis Cluster of three
+//! primaries (no replicas: these tests fail nothing), started once for the
+//! binary.
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use quorumlock::{Error, LockOptions, Setting};
+use quorumlock_testkit::redis_cluster::RedisCluster;
+
+use super::{TTL, client, ms};
+
+/// Three clusters of three primaries each, shared by the tests of this
+/// module (each test locks names of its own).
+fn clusters() -> &'static [RedisCluster; 3] {
+    static CLUSTERS: OnceLock<[RedisCluster; 3]> = OnceLock::new();
+    CLUSTERS.get_or_init(|| std::array::from_fn(|_| RedisCluster::start(3, 0)))
+}
+
+fn members() -> Vec<&'static RedisCluster> {
+    clusters().iter().collect()
+}
+
+/// The value of `key` as the cluster has it, through `redis-cli -c`.
+fn get(cluster: &RedisCluster, key: &str) -> String {
+    cluster.cli(&["GET", key]).expect("GET").trim().to_owned()
+}
+
+#[tokio::test]
+async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released() {
+    let redlock = client(&members());
+    // Names in different slots, so that each member's primaries all serve.
+    let names: Vec<String> = (0..12).map(|i| format!("basics:slot-spread:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            redlock
+                .try_lock(name.as_str(), TTL)
+                .await
+                .expect("no error")
+                .expect("acquired"),
+        );
+    }
+    let primaries: std::collections::HashSet<usize> = names
+        .iter()
+        .map(|name| clusters()[0].primary_for_slot(clusters()[0].slot_of(name)))
+        .collect();
+    assert_eq!(primaries.len(), 3, "the names spread over every primary");
+    for (name, guard) in names.iter().zip(&guards) {
+        for cluster in clusters() {
+            assert_eq!(get(cluster, name), guard.token(), "{name}");
+        }
+    }
+    for guard in guards {
+        guard.release().await.expect("released");
+    }
+    for name in &names {
+        for cluster in clusters() {
+            assert_eq!(get(cluster, name), "", "{name} left behind");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_lock_over_keys_of_several_slots_is_refused_with_the_slots_and_the_advice() {
+    let redlock = client(&members());
+    let error = redlock
+        .try_lock(["basics:order:1", "basics:payment:1"], TTL)
+        .await
+        .expect_err("keys in two slots");
+    let Error::Config(config) = &error else {
+        panic!("not a configuration error: {error}");
+    };
+    assert_eq!(config.setting(), Setting::Resources);
+    let text = error.to_string();
+    assert!(text.contains("slot") && text.contains("hash tag"), "{text}");
+    assert!(
+        text.contains("basics:order:1") && text.contains("basics:payment:1"),
+        "{text}"
+    );
+    let guard = redlock
+        .try_lock(["{basics:order:2}:stock", "{basics:order:2}:payment"], TTL)
+        .await
+        .expect("one hash tag, one slot")
+        .expect("acquired");
+    guard.release().await.expect("released");
+}
+
+#[tokio::test]
+async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
+    let redlock = client(&members());
+    let names: Vec<String> = (0..40).map(|i| format!("basics:renewed:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(
+            redlock
+                .try_lock(name.as_str(), TTL)
+                .await
+                .expect("no error")
+                .expect("acquired"),
+        );
+    }
+    tokio::time::sleep(TTL * 2).await;
+    for (name, guard) in names.iter().zip(&guards) {
+        assert!(guard.is_held(), "{name} lost");
+        for cluster in clusters() {
+            assert_eq!(get(cluster, name), guard.token(), "{name} not renewed");
+        }
+    }
+    for guard in guards {
+        guard.release().await.expect("released");
+    }
+}
+
+#[tokio::test]
+async fn a_waiter_is_handed_the_lock_when_it_is_released() {
+    let holder = client(&members());
+    let waiter = client(&members());
+    let guard = holder
+        .try_lock("basics:handoff", TTL)
+        .await
+        .expect("no error")
+        .expect("acquired");
+    let waiter = waiter
+        .with_options(LockOptions::new().retry_delay(Duration::from_secs(5)))
+        .expect("options");
+    let waiting = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = waiter.lock("basics:handoff", TTL).await.expect("handed the lock");
+        (started.elapsed(), guard)
+    });
+    tokio::time::sleep(ms(500)).await;
+    let released = Instant::now();
+    guard.release().await.expect("released");
+    let (_, guard) = waiting.await.expect("waiter");
+    // The waiter polls every 5 s: only the wake-up published on a cluster
+    // member brings it in this soon.
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "the waiter came after {:?}: it polled, no wake-up reached it",
+        released.elapsed()
+    );
+    guard.release().await.expect("released");
+}
+
+#[tokio::test]
+async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
+    let redlock = client(&members())
+        .with_options(LockOptions::new().fenced(true))
+        .expect("options");
+    let first = redlock
+        .try_lock("basics:fenced", TTL)
+        .await
+        .expect("no error")
+        .expect("acquired");
+    let first_fence = first.fence_token().expect("fenced");
+    let inspection = redlock.inspect("basics:fenced").await.expect("inspected");
+    assert!(
+        format!("{inspection:?}").contains(first.token()),
+        "inspect names the holder: {inspection:?}"
+    );
+    first.release().await.expect("released");
+    let second = redlock
+        .try_lock("basics:fenced", TTL)
+        .await
+        .expect("no error")
+        .expect("acquired");
+    assert!(second.fence_token().expect("fenced") > first_fence);
+    let report = redlock.force_unlock("basics:fenced").await.expect("unlocked");
+    assert!(format!("{report:?}").contains("Deleted"), "{report:?}");
+    for cluster in clusters() {
+        assert_eq!(get(cluster, "basics:fenced"), "");
+    }
+    drop(second);
+}

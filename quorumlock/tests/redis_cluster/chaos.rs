@@ -1,0 +1,1 @@
+//! Mutual exclusion over cluster members while their slots move.
