@@ -40,7 +40,9 @@
 //!   `redis-server --cluster-enabled yes` nodes on free loopback ports
 //!   (primaries and replicas, formed with `redis-cli --cluster create`),
 //!   killed when dropped; kill, restart and SIGSTOP pauses of single nodes,
-//!   the primary of a slot, a failover, a slot migration with its keys.
+//!   the primary of a slot, a failover, a slot migration with its keys;
+//!   [`redis_cluster_chaos`]: clusters as the members of a quorum, as a
+//!   target of the checker.
 //! - [`sentinel`]: a [`sentinel::SentinelSetup`] of a master, its replicas
 //!   and sentinels on free loopback ports, killed when dropped; the master
 //!   the sentinels name, a failover, kill and restart of data nodes.
@@ -109,6 +111,7 @@ pub mod faults;
 pub mod panics;
 pub mod proxy;
 pub mod redis_cluster;
+pub mod redis_cluster_chaos;
 mod redis_proc;
 pub mod sentinel;
 pub mod server;

@@ -50,6 +50,18 @@ const MIGRATE_BATCH: usize = 100;
 /// ours between finding it free and a node binding it.
 const PORT_ATTEMPTS: usize = 5;
 
+/// A slot on its way from one primary to another (see
+/// [`RedisCluster::begin_migration`]).
+#[derive(Debug)]
+pub struct Migration {
+    /// The slot.
+    pub slot: u16,
+    /// The node indexes of its old and new primary.
+    pub from: usize,
+    /// See `from`.
+    pub to: usize,
+}
+
 /// A Redis Cluster of `redis-server` processes on 127.0.0.1.
 #[derive(Debug)]
 pub struct RedisCluster {
@@ -218,15 +230,41 @@ impl RedisCluster {
     /// agrees that `to` serves it. Nothing to do when `to` serves it
     /// already; panics when `to` is not a running primary or a step fails.
     pub fn migrate_slot(&self, slot: u16, to: usize) {
+        if let Some(migration) = self.begin_migration(slot, to) {
+            self.finish_migration(migration);
+        }
+    }
+
+    /// The first half of [`RedisCluster::migrate_slot`]: marks `slot`
+    /// IMPORTING on `to` and MIGRATING on its primary, and returns, the
+    /// slot's keys still on the old primary. Until
+    /// [`RedisCluster::finish_migration`], the old primary serves the keys
+    /// it still has and answers `ASK` for the others, as during a
+    /// `redis-cli --cluster reshard`. `None` when `to` serves it already.
+    pub fn begin_migration(&self, slot: u16, to: usize) -> Option<Migration> {
         let from = self.primary_for_slot(slot);
         if from == to {
-            return;
+            return None;
         }
-        let (from_port, to_port) = (self.nodes[from].port, self.nodes[to].port);
-        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
         let slot_arg = slot.to_string();
-        admin(to_port, &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &from_id]);
-        admin(from_port, &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &to_id]);
+        admin(
+            self.nodes[to].port,
+            &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &self.node_id(from)],
+        );
+        admin(
+            self.nodes[from].port,
+            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &self.node_id(to)],
+        );
+        Some(Migration { slot, from, to })
+    }
+
+    /// The second half of [`RedisCluster::migrate_slot`]: moves the keys
+    /// the old primary still has and hands the slot over everywhere.
+    pub fn finish_migration(&self, migration: Migration) {
+        let Migration { slot, from, to } = migration;
+        let (from_port, to_port) = (self.nodes[from].port, self.nodes[to].port);
+        let to_id = self.node_id(to);
+        let slot_arg = slot.to_string();
         let batch = MIGRATE_BATCH.to_string();
         loop {
             let keys: Vec<String> = query_within(
@@ -239,9 +277,8 @@ impl RedisCluster {
                 break;
             }
             let timeout_ms = COMMAND_TIMEOUT.as_millis().to_string();
-            let mut args = vec!["MIGRATE", "127.0.0.1", "", "", "0", &timeout_ms, "KEYS"];
             let to_port_arg = to_port.to_string();
-            args[2] = &to_port_arg;
+            let mut args = vec!["MIGRATE", "127.0.0.1", &to_port_arg, "", "0", &timeout_ms, "KEYS"];
             args.extend(keys.iter().map(String::as_str));
             admin(from_port, &args);
         }

@@ -176,6 +176,8 @@ struct Plan {
     api: Api,
     /// `(factor, fixed)` of the drift allowance; the library's default if `None`.
     drift: Option<(f64, Duration)>,
+    /// Take fenced locks (on Redis; etcd and ZooKeeper locks always are).
+    fenced: bool,
     /// Hold time per acquisition, drawn from `[min, max]`.
     hold: (Duration, Duration),
     step: Duration,
@@ -219,6 +221,7 @@ impl Checker {
                 renewal: Renewal::Auto,
                 api: Api::TryLock,
                 drift: None,
+                fenced: false,
                 hold: ci_or_soak(CI_HOLD, SOAK_HOLD),
                 step: ci_or_soak(CI_STEP, SOAK_STEP),
                 retry: ci_or_soak(CI_RETRY, SOAK_RETRY),
@@ -279,6 +282,13 @@ impl Checker {
     /// the library's).
     pub fn drift(mut self, factor: f64, fixed: Duration) -> Checker {
         self.plan.drift = Some((factor, fixed));
+        self
+    }
+
+    /// Whether the contenders take fenced locks (a fencing token with every
+    /// grant, in the report's history).
+    pub fn fenced(mut self, on: bool) -> Checker {
+        self.plan.fenced = on;
         self
     }
 
@@ -434,6 +444,9 @@ impl Plan {
             .wait(self.ttl / 2);
         if let Some((factor, fixed)) = self.drift {
             builder = builder.drift(factor, fixed);
+        }
+        if self.fenced {
+            builder = builder.options(quorumlock::LockOptions::new().fenced(true));
         }
         (builder.build().expect("valid chaos client"), with_lock)
     }
