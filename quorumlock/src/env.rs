@@ -74,13 +74,12 @@ impl RedlockBuilder {
     /// [`RedlockBuilder::from_env`] over any source of variables.
     fn with_vars(mut self, var: impl Fn(&'static str) -> Result<Option<String>>) -> Result<Self> {
         if let Some(list) = var(NODES)? {
-            let urls: Vec<&str> = list.split(',').map(str::trim).collect();
-            if urls.iter().any(|url| url.is_empty()) {
-                return Err(Error::config(
+            let urls = node_list(&list).ok_or_else(|| {
+                Error::config(
                     Setting::Env(NODES),
                     format!("{NODES} has an empty entry: give the node URLs separated by single commas"),
-                ));
-            }
+                )
+            })?;
             self = self.nodes(urls);
         }
         for (name, set) in DURATIONS {
@@ -94,6 +93,39 @@ impl RedlockBuilder {
         }
         Ok(self)
     }
+}
+
+/// The schemes of URLs that list several hosts, comma separated: a
+/// Redis Cluster's seeds, a master's sentinels, an etcd cluster's members,
+/// a ZooKeeper ensemble's servers.
+const MULTI_HOST_SCHEMES: &[&str] = &[
+    "redis+cluster://",
+    "rediss+cluster://",
+    "redis+sentinel://",
+    "rediss+sentinel://",
+    "etcd://",
+    "etcds://",
+    "zk://",
+];
+
+/// The node URLs of a comma separated list: an item without a scheme
+/// after a URL of [`MULTI_HOST_SCHEMES`] is one more host of that URL.
+/// `None` when an entry is empty.
+fn node_list(list: &str) -> Option<Vec<String>> {
+    let mut urls: Vec<String> = Vec::new();
+    for item in list.split(',').map(str::trim) {
+        if item.is_empty() {
+            return None;
+        }
+        match urls.last_mut() {
+            Some(url) if !item.contains("://") && MULTI_HOST_SCHEMES.iter().any(|s| url.starts_with(s)) => {
+                url.push(',');
+                url.push_str(item);
+            }
+            _ => urls.push(item.to_owned()),
+        }
+    }
+    Some(urls)
 }
 
 impl Redlock {
@@ -177,6 +209,25 @@ mod tests {
             redlock.backend.redis("test").unwrap().quorum.node_timeout,
             crate::DEFAULT_NODE_TIMEOUT
         );
+    }
+
+    #[test]
+    fn a_url_of_several_hosts_keeps_them_in_the_node_list() {
+        let list = "redis+cluster://a:1,b:2, redis://c:3,redis+sentinel://s:1,t:2/m,zk://z:1,y:2/locks";
+        assert_eq!(
+            node_list(list).unwrap(),
+            [
+                "redis+cluster://a:1,b:2",
+                "redis://c:3",
+                "redis+sentinel://s:1,t:2/m",
+                "zk://z:1,y:2/locks"
+            ]
+        );
+        assert_eq!(
+            node_list("redis://a:1,b:2"),
+            Some(vec!["redis://a:1".into(), "b:2".into()])
+        );
+        assert_eq!(node_list("redis://a:1,,redis://b:2"), None);
     }
 
     #[test]

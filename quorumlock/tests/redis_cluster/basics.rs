@@ -173,3 +173,47 @@ async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
     }
     drop(second);
 }
+
+#[tokio::test]
+async fn an_idempotency_key_runs_its_work_once() {
+    let redlock = client(&members());
+    let jobs = redlock.idempotency();
+    let runs = std::sync::atomic::AtomicUsize::new(0);
+    for _ in 0..2 {
+        let result = jobs
+            .run("basics:idempotent", TTL * 5, || async {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Ok::<_, std::io::Error>(b"done".to_vec())
+            })
+            .await
+            .expect("run");
+        assert_eq!(result, b"done");
+    }
+    assert_eq!(
+        runs.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the work ran twice"
+    );
+}
+
+#[tokio::test]
+async fn cluster_members_and_a_single_server_share_one_quorum() {
+    let single = quorumlock_testkit::server::RedisServer::start();
+    let urls = [clusters()[0].url(), clusters()[1].url(), single.url()];
+    let redlock = quorumlock::Redlock::builder()
+        .nodes(urls)
+        .build()
+        .expect("mixed members");
+    let guard = redlock
+        .try_lock("basics:mixed", TTL)
+        .await
+        .expect("no error")
+        .expect("acquired");
+    assert_eq!(
+        quorumlock_testkit::get(&single, "basics:mixed").as_deref(),
+        Some(guard.token())
+    );
+    assert_eq!(get(&clusters()[1], "basics:mixed"), guard.token());
+    guard.release().await.expect("released");
+    assert_eq!(quorumlock_testkit::get(&single, "basics:mixed"), None);
+}
