@@ -4,6 +4,7 @@
 
 mod basics;
 mod chaos;
+mod redirects;
 
 use std::time::Duration;
 
