@@ -137,6 +137,28 @@ impl RedlockBuilder {
     /// `rediss://` (feature `tls`) or `unix:///path`. Each node must be an
     /// independent master: replicas of one another do not add safety.
     ///
+    /// A node may also be a whole Redis Cluster,
+    /// `redis+cluster://[user:password@]host:port[,host:port...]` (any of its
+    /// nodes as seeds; `rediss+cluster://` with `tls`), or the master that
+    /// Redis Sentinel manages under a name,
+    /// `redis+sentinel://[user:password@]host:port[,host:port...]/name[/db]`
+    /// (the sentinels' addresses; the credentials and database are the
+    /// master's). Either counts once in the quorum, beside other nodes. On a
+    /// cluster, the resources of one lock must share a hash slot (one hash
+    /// tag, as in `{order:42}:stock`).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), quorumlock::Error> {
+    /// let redlock = quorumlock::Redlock::builder()
+    ///     .node("redis+cluster://10.0.1.1:7000,10.0.1.2:7000")
+    ///     .node("redis+cluster://10.0.2.1:7000,10.0.2.2:7000")
+    ///     .node("redis+sentinel://10.0.3.1:26379,10.0.3.2:26379/locks")
+    ///     .build()?;
+    /// assert_eq!((redlock.nodes(), redlock.quorum()), (3, 2));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
     /// Or, with the `etcd` feature, a whole etcd cluster as the only node:
     /// `etcd://[user:password@]host:port[,host:port...][/prefix]` (`etcds://`
     /// with `tls`, trusting the system's roots, or the CA of
