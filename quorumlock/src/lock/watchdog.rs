@@ -237,15 +237,29 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
                 // A node whose replicas did not acknowledge (replica-acknowledged
                 // mode) fails for every lock of the batch.
                 match outcome.and_then(|acked| acked) {
-                    Ok(statuses) => {
-                        let statuses = statuses.into_iter().flatten();
-                        for ((tally, item), status) in tallies.iter_mut().zip(items.iter()).zip(statuses) {
-                            // A node whose clock turned too fast for the
-                            // lock's ttl keeps it too briefly to count.
-                            if status.confirmed() && quorum.too_fast(i, item.ttl).is_none() {
-                                tally.confirm(i);
-                            } else if status == RenewStatus::Foreign {
-                                tally.refuse(i);
+                    Ok(replies) => {
+                        // Each call's locks, in order; a call that failed
+                        // (a cluster primary down) counts for none of its
+                        // locks, and the others count.
+                        let mut locks = tallies.iter_mut().zip(items.iter());
+                        for (call, reply) in calls.iter().zip(replies) {
+                            let locks = locks.by_ref().take(call.len());
+                            let statuses = match reply {
+                                Ok(statuses) => statuses,
+                                Err(error) => {
+                                    tracing::debug!(node = quorum.nodes[i].name(), %error, "renewal failed on node");
+                                    locks.for_each(drop);
+                                    continue;
+                                }
+                            };
+                            for ((tally, item), status) in locks.zip(statuses) {
+                                // A node whose clock turned too fast for the
+                                // lock's ttl keeps it too briefly to count.
+                                if status.confirmed() && quorum.too_fast(i, item.ttl).is_none() {
+                                    tally.confirm(i);
+                                } else if status == RenewStatus::Foreign {
+                                    tally.refuse(i);
+                                }
                             }
                         }
                     }

@@ -133,11 +133,13 @@ impl Node {
     }
 
     /// Sends `requests` in request order as one pipeline per server, with a
-    /// reading of each server's clock (see `Server::send_pipeline`).
+    /// reading of each server's clock (see `Server::send_pipeline`), and
+    /// returns each request's own reply or error: a request refused or lost
+    /// with one server of a cluster leaves the others.
     pub(crate) async fn send_pipeline<R: Request>(
         &self,
         requests: &[R],
-    ) -> RedisResult<Acked<Vec<R::Reply>>> {
+    ) -> RedisResult<Acked<Vec<RedisResult<R::Reply>>>> {
         let requests: Vec<&R> = requests.iter().collect();
         match self {
             Node::Server(server) => server.send_pipeline(&requests).await,

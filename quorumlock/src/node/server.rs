@@ -238,14 +238,15 @@ impl Server {
 
     /// Sends `requests` in request order as one pipeline (one round trip),
     /// followed by one `WAIT` in replica-acknowledged mode when they write
-    /// locks; a write the replicas did not acknowledge fails them all. The
+    /// locks; each request gets its own reply or error, but a write the
+    /// replicas did not acknowledge fails them all. The
     /// pipeline starts with a reading of the node's clock (`TIME`), for the
     /// estimate of its rate ([`Server::clock_rate`]): the watchdog's renewals
     /// take one per node and round without a round trip of their own.
     pub(crate) async fn send_pipeline<R: Request>(
         &self,
         requests: &[&R],
-    ) -> RedisResult<Acked<Vec<R::Reply>>> {
+    ) -> RedisResult<Acked<Vec<RedisResult<R::Reply>>>> {
         let ack = self
             .mode
             .ack()
@@ -268,11 +269,14 @@ impl Server {
             Some(ack) => ack.check(replies.pop().ok_or_else(wire::wrong_reply_count)?),
             None => Ok(()),
         };
+        if replies.len() != requests.len() {
+            return Err(wire::wrong_reply_count());
+        }
         let parsed = requests
             .iter()
             .zip(replies)
             .map(|(request, reply)| request.parse(reply))
-            .collect::<RedisResult<Vec<_>>>()?;
+            .collect();
         Ok(acked.map(|()| parsed))
     }
 }

@@ -136,6 +136,11 @@ impl Renew {
         calls
     }
 
+    /// The number of locks the call renews.
+    pub(crate) fn len(&self) -> usize {
+        self.range.len()
+    }
+
     fn items(&self) -> &[RenewItem] {
         &self.items[self.range.clone()]
     }

@@ -241,33 +241,43 @@ impl Cluster {
     }
 
     /// Sends `requests` as one pipeline per primary, all at once, and puts
-    /// the replies back in order; the member fails if any primary does.
+    /// the replies back in order. A primary that fails fails its own
+    /// requests only; one whose replicas did not acknowledge (replica mode)
+    /// fails the member.
     pub(crate) async fn send_pipeline<R: Request>(
         &self,
         requests: &[&R],
-    ) -> RedisResult<Acked<Vec<R::Reply>>> {
+    ) -> RedisResult<Acked<Vec<RedisResult<R::Reply>>>> {
         let mut groups: Vec<(Arc<Server>, Vec<usize>)> = Vec::new();
+        let mut replies: Vec<Option<RedisResult<R::Reply>>> =
+            std::iter::repeat_with(|| None).take(requests.len()).collect();
         for (i, request) in requests.iter().enumerate() {
-            let server = self.route(request.route_key()).await?;
-            match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &server)) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((server, vec![i])),
+            match self.route(request.route_key()).await {
+                Ok(server) => match groups.iter_mut().find(|(s, _)| Arc::ptr_eq(s, &server)) {
+                    Some((_, members)) => members.push(i),
+                    None => groups.push((server, vec![i])),
+                },
+                Err(error) => replies[i] = Some(Err(error)),
             }
         }
         let sends = groups.iter().map(|(server, members)| {
             let part: Vec<&R> = members.iter().map(|&i| requests[i]).collect();
-            async move { self.learn(server.send_pipeline(&part).await) }
+            async move { server.send_pipeline(&part).await }
         });
-        let mut replies: Vec<Option<R::Reply>> =
-            std::iter::repeat_with(|| None).take(requests.len()).collect();
         for ((_, members), result) in groups.iter().zip(join_all(sends).await) {
-            match result? {
-                Ok(parts) => {
+            match result {
+                Ok(Ok(parts)) => {
                     for (&i, reply) in members.iter().zip(parts) {
-                        replies[i] = Some(reply);
+                        replies[i] = Some(self.learn(reply));
                     }
                 }
-                Err(missing) => return Ok(Err(missing)),
+                Ok(Err(missing)) => return Ok(Err(missing)),
+                Err(error) => {
+                    let error = self.learn::<()>(Err(error)).unwrap_err();
+                    for &i in members {
+                        replies[i] = Some(Err(error.clone()));
+                    }
+                }
             }
         }
         Ok(Ok(replies.into_iter().flatten().collect()))
