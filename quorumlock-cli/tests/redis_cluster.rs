@@ -269,3 +269,72 @@ fn check_names_a_sentinel_members_master_and_probes_it() {
     );
     assert!(!shown.contains("CLUSTER SLOTS"), "{shown}");
 }
+
+/// `redis-cli -p PORT ARGS` on one server, its reply trimmed.
+fn on_server(port: u16, args: &[&str]) -> String {
+    let out = std::process::Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("run redis-cli");
+    text(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn check_reports_a_primary_whose_user_may_not_run_cluster_slots() {
+    let members = members();
+    let cluster = &members.clusters[0];
+    let ports = cluster.ports();
+    // ACLs are each server's own: only the last primary denies the command,
+    // so the cluster's layout is still learnt from the others.
+    for (i, &port) in ports.iter().enumerate() {
+        let rules: &[&str] = if i == 2 {
+            &["+@all", "-cluster|slots"]
+        } else {
+            &["+@all"]
+        };
+        let setuser = [
+            &["ACL", "SETUSER", "noslots", "reset", "on", ">pw", "~*", "&*"][..],
+            rules,
+        ]
+        .concat();
+        assert_eq!(on_server(port, &setuser), "OK", "ACL SETUSER on {port}");
+    }
+    let seeds: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let url = format!("redis+cluster://noslots:pw@{}", seeds.join(","));
+    let nodes_file = scratch("members-acl").join("nodes");
+    std::fs::write(&nodes_file, &url).expect("nodes file");
+    std::fs::set_permissions(&nodes_file, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .expect("chmod 600");
+
+    let out = output(&[
+        "check",
+        "--nodes-file",
+        &nodes_file.display().to_string(),
+        "--json",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "a warning: {}{}",
+        stdout(&out),
+        text(&out.stderr)
+    );
+    let report = parsed(&out);
+    let servers = report["nodes"][0]["servers"].as_array().expect("servers").clone();
+    let denied = servers
+        .iter()
+        .find(|s| s["node"] == format!("127.0.0.1:{}/0", ports[2]));
+    let denied = denied.unwrap_or_else(|| panic!("the last primary is probed: {report:#}"));
+    assert_eq!(
+        denied["missing_permissions"],
+        serde_json::json!(["CLUSTER SLOTS"]),
+        "{report:#}"
+    );
+    let others = servers
+        .iter()
+        .filter(|s| s["missing_permissions"] == serde_json::json!([]));
+    assert_eq!(others.count(), 2, "{report:#}");
+    assert!(!stdout(&out).contains("pw@"), "no password shown");
+    let _ = std::fs::remove_dir_all(nodes_file.parent().expect("scratch dir"));
+}

@@ -238,17 +238,17 @@ pub(super) fn describe(layout: &CliMemberLayout) -> Option<String> {
 }
 
 /// The same as JSON fields: `kind`, and the primaries or the master.
-pub(super) fn json(layout: Option<&CliMemberLayout>) -> Value {
+pub(super) fn json(layout: &CliMemberLayout) -> Value {
     match layout {
-        None | Some(CliMemberLayout::Server) => json!({"kind": "server"}),
-        Some(CliMemberLayout::Cluster { primaries }) => json!({
+        CliMemberLayout::Server => json!({"kind": "server"}),
+        CliMemberLayout::Cluster { primaries } => json!({
             "kind": "cluster",
             "primaries": primaries.iter().map(|(address, ranges)| json!({
                 "address": address,
                 "slots": ranges.iter().map(|&(first, last)| [first, last]).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         }),
-        Some(CliMemberLayout::Sentinel { name, master }) => json!({
+        CliMemberLayout::Sentinel { name, master } => json!({
             "kind": "sentinel",
             "master_name": name,
             "master": master.as_ref().ok(),

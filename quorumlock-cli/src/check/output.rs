@@ -104,7 +104,7 @@ fn node(index: usize, r: &Report) -> Value {
                 "findings": findings(&r.findings),
     });
     if let (Some(layout), Some(fields)) = (&r.layout, object.as_object_mut()) {
-        if let Value::Object(member) = member::json(Some(layout)) {
+        if let Value::Object(member) = member::json(layout) {
             fields.extend(member);
         }
         let servers = r.servers.iter().enumerate().map(|(k, s)| node(k + 1, s));
