@@ -1,10 +1,10 @@
 //! The CLI over Redis Cluster and Sentinel members: `run`, `status` and
 //! `check` through the built binary, against real clusters (three primaries,
-//! no replicas) and a Sentinel-managed master, started once for the binary
-//! and shared (each test uses names of its own).
+//! no replicas) and a Sentinel-managed master, shared by the tests that run
+//! at the same time (each test uses names of its own).
 
 use std::process::Output;
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use quorumlock_testkit::cli::{Binary, exit, scratch, text, wait_child, wait_for_line};
@@ -21,9 +21,22 @@ struct Members {
     sentinel: SentinelSetup,
 }
 
-fn members() -> &'static Members {
-    static MEMBERS: OnceLock<Members> = OnceLock::new();
-    MEMBERS.get_or_init(|| {
+/// The members of the tests running now, started by the first of them. A
+/// static would never be dropped, and its servers would outlive the test
+/// binary: they stop with the last test that holds them.
+fn members() -> Arc<Members> {
+    static SHARED: Mutex<Weak<Members>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(members) = shared.upgrade() {
+        return members;
+    }
+    let members = Arc::new(Members::start());
+    *shared = Arc::downgrade(&members);
+    members
+}
+
+impl Members {
+    fn start() -> Members {
         // Started side by side: forming a cluster is mostly waiting.
         std::thread::scope(|scope| {
             let clusters: Vec<_> = (0..3)
@@ -39,10 +52,8 @@ fn members() -> &'static Members {
                 sentinel: sentinel.join().expect("sentinel started"),
             }
         })
-    })
-}
+    }
 
-impl Members {
     /// The sentinels' master now.
     fn master(&self) -> &RedisServer {
         self.sentinel.data_node(self.sentinel.master_index())
