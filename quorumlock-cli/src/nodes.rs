@@ -17,6 +17,10 @@ use quorumlock::{Redlock, RedlockBuilder, redact_url};
 
 use crate::duration;
 use crate::tls::{self, TlsCa};
+pub(crate) use multi_host::{is_etcd, is_redis_cluster, is_sentinel, is_zookeeper};
+use multi_host::{missing_feature, split};
+
+mod multi_host;
 
 /// The variable holding the nodes when neither `--nodes` nor `--nodes-file`
 /// is given.
@@ -35,7 +39,11 @@ const SHARED_READ: u32 = 0o044;
 #[derive(clap::Args, Clone)]
 pub(crate) struct Nodes {
     /// Redis nodes, comma separated: redis://[user:password@]host:port[/db], rediss:// for TLS;
-    /// or one etcd cluster, its members comma separated in one URL:
+    /// a Redis Cluster as one node, its servers comma separated in one URL:
+    /// redis+cluster://[user:password@]h1:7000,h2:7001, rediss+cluster:// for TLS; a
+    /// Sentinel-managed master as one node, its sentinels comma separated in one URL:
+    /// redis+sentinel://[user:password@]s1:26379,s2:26379/mastername[/db] (the credentials and
+    /// db are the master's), rediss+sentinel:// for TLS; or one etcd cluster, its members comma separated in one URL:
     /// etcd://[user:password@]h1:2379,h2:2379,h3:2379[/prefix], etcds:// for TLS (a build with
     /// the `etcd` feature); or one ZooKeeper ensemble, its servers comma separated in one URL:
     /// zk://[user:password@]h1:2181,h2:2181,h3:2181[/chroot][?session_timeout=10s] (a build with
@@ -122,8 +130,9 @@ impl Nodes {
             if !url.contains("://") {
                 return Err(format!(
                     "bad node URL: node {} of {} from {source} is not a URL like \
-                     redis://[user:password@]host:port[/db] (host:port items belong to an etcd:// or \
-                     zk:// URL before them; it is not shown: it may hold a password)",
+                     redis://[user:password@]host:port[/db] (host:port items belong to a redis+cluster://, \
+                     redis+sentinel://, etcd:// or zk:// URL before them; it is not shown: it may hold \
+                     a password)",
                     i + 1,
                     urls.len()
                 ));
@@ -139,6 +148,19 @@ impl Nodes {
             );
         }
         let ca = self.tls_ca.as_deref().map(tls::read_ca).transpose()?;
+        // The library opens a cluster's or a sentinel's servers itself,
+        // trusting the public roots only: a private CA would be ignored.
+        if ca.is_some()
+            && let Some(url) = urls
+                .iter()
+                .find(|u| u.starts_with("rediss+") && (is_redis_cluster(u) || is_sentinel(u)))
+        {
+            return Err(format!(
+                "--tls-ca applies to rediss:// nodes only, not to {}: its servers are checked \
+                 against the public roots",
+                redact_url(url)
+            ));
+        }
         Ok(Resolved {
             urls,
             ca,
@@ -192,97 +214,6 @@ fn has_password(url: &str) -> bool {
     redact_url(url) != url
 }
 
-/// The URLs in `text`: comma or newline separated, trimmed; empty entries
-/// and lines starting with `#` dropped. A cluster URL names a whole etcd
-/// cluster or ZooKeeper ensemble with its servers comma separated
-/// (`etcd://h1:2379,h2:2379`, `zk://h1:2181,h2:2181`): the scheme-less items
-/// after it are its servers, joined back to it.
-fn split(text: &str) -> Vec<String> {
-    let items = text
-        .lines()
-        .filter(|line| !line.trim_start().starts_with('#'))
-        .flat_map(|line| line.split(','))
-        .map(str::trim)
-        .filter(|url| !url.is_empty());
-    let mut urls: Vec<String> = Vec::new();
-    for item in items {
-        match urls.last_mut() {
-            Some(cluster) if is_cluster(cluster) && !item.contains("://") => {
-                cluster.push(',');
-                cluster.push_str(item);
-            }
-            _ => urls.push(item.to_owned()),
-        }
-    }
-    urls
-}
-
-/// A store that one URL names whole, its servers comma separated.
-struct Cluster {
-    /// The schemes of its URLs.
-    schemes: &'static [&'static str],
-    /// The cargo feature of quorumlock-cli that builds its backend.
-    feature: &'static str,
-    /// Whether this binary was built with that feature.
-    built: bool,
-    /// What else building the feature needs, said after the install command.
-    build_needs: &'static str,
-}
-
-const ETCD: Cluster = Cluster {
-    schemes: &["etcd://", "etcds://"],
-    feature: "etcd",
-    built: cfg!(feature = "etcd"),
-    build_needs: "; building it needs protoc",
-};
-
-const ZOOKEEPER: Cluster = Cluster {
-    schemes: &["zk://"],
-    feature: "zookeeper",
-    built: cfg!(feature = "zookeeper"),
-    build_needs: "",
-};
-
-/// Every cluster store: an etcd cluster, a ZooKeeper ensemble.
-const CLUSTERS: &[Cluster] = &[ETCD, ZOOKEEPER];
-
-impl Cluster {
-    fn names(&self, url: &str) -> bool {
-        self.schemes.iter().any(|scheme| url.starts_with(scheme))
-    }
-}
-
-/// Whether `url` names an etcd cluster.
-pub(crate) fn is_etcd(url: &str) -> bool {
-    ETCD.names(url)
-}
-
-/// Whether `url` names a ZooKeeper ensemble.
-pub(crate) fn is_zookeeper(url: &str) -> bool {
-    ZOOKEEPER.names(url)
-}
-
-/// Whether `url` names a whole cluster, its servers comma separated.
-fn is_cluster(url: &str) -> bool {
-    CLUSTERS.iter().any(|cluster| cluster.names(url))
-}
-
-/// The usage error for a cluster URL whose backend this build lacks. The
-/// library's own error names its cargo feature; the binary's user needs to
-/// know which build to install.
-fn missing_feature(url: &str) -> Option<String> {
-    let cluster = CLUSTERS.iter().find(|c| c.names(url) && !c.built)?;
-    Some(format!(
-        "{}: {} nodes need quorumlock built with the `{}` feature \
-         (cargo install quorumlock-cli --features {}{})",
-        redact_url(url),
-        cluster.schemes[0],
-        cluster.feature,
-        cluster.feature,
-        cluster.build_needs
-    ))
-}
-
 /// The URLs of a nodes file, refused when it holds a password that a group
 /// or others may read. The mode is that of the file a symlink points to; a
 /// pipe (`--nodes-file <(vault read ...)`) is private to its user.
@@ -312,12 +243,6 @@ fn read_file(path: &Path) -> Result<Vec<String>, String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn urls_split_on_commas_and_lines_without_comments() {
-        let text = "# the fleet\nredis://a:1, redis://b:2\n\n  redis://c:3  \n  # redis://d:4\n";
-        assert_eq!(split(text), ["redis://a:1", "redis://b:2", "redis://c:3"]);
-    }
-
     /// `--nodes` as clap hands it over: already split at the commas.
     fn given(urls: &[&str]) -> Nodes {
         Nodes {
@@ -326,23 +251,6 @@ mod tests {
             tls_ca: None,
             node_timeout: Duration::from_millis(100),
         }
-    }
-
-    #[test]
-    fn an_etcd_url_keeps_its_members() {
-        assert_eq!(split("etcd://a:1,b:2, c:3/locks"), ["etcd://a:1,b:2,c:3/locks"]);
-        assert_eq!(split("etcds://u:pw@a:1,b:2"), ["etcds://u:pw@a:1,b:2"]);
-        // A nodes file may give the members one a line.
-        assert_eq!(
-            split("# cluster\netcd://a:1,\nb:2\n# c:3\nc:3\n"),
-            ["etcd://a:1,b:2,c:3"]
-        );
-        // A URL with a scheme is never a member.
-        assert_eq!(
-            split("etcd://a:1,b:2,redis://c:3"),
-            ["etcd://a:1,b:2", "redis://c:3"]
-        );
-        assert_eq!(split("b:2,etcd://a:1"), ["b:2", "etcd://a:1"]);
     }
 
     #[test]
@@ -357,6 +265,38 @@ mod tests {
             let error = resolved.err().expect("refused without the feature");
             assert!(error.contains("built with the `etcd` feature"), "{error}");
         }
+    }
+
+    #[test]
+    fn nodes_split_by_clap_are_joined_back_into_redis_members() {
+        let resolved = given(&[
+            "redis+sentinel://:pw@s1:1",
+            "s2:2/mymaster/1",
+            "redis://a:1",
+            "redis+cluster://b:2",
+            "c:3",
+        ])
+        .resolve();
+        assert_eq!(
+            resolved.ok().map(|r| r.urls),
+            Some(vec![
+                "redis+sentinel://:pw@s1:1,s2:2/mymaster/1".to_owned(),
+                "redis://a:1".to_owned(),
+                "redis+cluster://b:2,c:3".to_owned(),
+            ])
+        );
+        let error = given(&["c:3", "redis+cluster://b:2"])
+            .resolve()
+            .err()
+            .expect("a usage error");
+        assert!(
+            error.contains("redis+cluster://"),
+            "the message names the form: {error}"
+        );
+        assert!(
+            error.contains("redis+sentinel://"),
+            "the message names the form: {error}"
+        );
     }
 
     #[test]
@@ -378,27 +318,6 @@ mod tests {
                 .expect("refused");
             assert!(!error.contains("s3cret"), "{error}");
         }
-    }
-
-    #[test]
-    fn a_zookeeper_url_keeps_its_servers() {
-        assert_eq!(
-            split("zk://a:1,b:2, c:3/locks?session_timeout=2s"),
-            ["zk://a:1,b:2,c:3/locks?session_timeout=2s"]
-        );
-        assert_eq!(split("zk://u:pw@a:1,b:2"), ["zk://u:pw@a:1,b:2"]);
-        // A nodes file may give the servers one a line.
-        assert_eq!(
-            split("# ensemble\nzk://a:1,\nb:2\n# c:3\nc:3/locks\n"),
-            ["zk://a:1,b:2,c:3/locks"]
-        );
-        // A URL with a scheme is never a server.
-        assert_eq!(split("zk://a:1,b:2,redis://c:3"), ["zk://a:1,b:2", "redis://c:3"]);
-        assert_eq!(
-            split("zk://a:1,b:2,etcd://c:3,d:4"),
-            ["zk://a:1,b:2", "etcd://c:3,d:4"]
-        );
-        assert_eq!(split("b:2,zk://a:1"), ["b:2", "zk://a:1"]);
     }
 
     #[test]

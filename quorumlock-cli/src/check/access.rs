@@ -13,13 +13,14 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use quorumlock::cli_probe::{
-    self, Command, EVALSHA, Need, Probe, SCRIPT_LOAD, SET, SUBSCRIBE, UNSUBSCRIBE, WAIT,
+    self, CLUSTER_SLOTS, Command, EVALSHA, Need, Probe, SCRIPT_LOAD, SET, SUBSCRIBE, UNSUBSCRIBE, WAIT,
 };
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use tokio::time::timeout;
 
 use super::command::{no_reply, query};
+use super::shard::{self, Shard};
 use super::{Level, Report};
 
 /// The ttl of every probe key: long enough to outlast the probe on a slow
@@ -101,15 +102,18 @@ fn deny_keys(report: &mut Report, detail: &str) {
     );
 }
 
-/// Tries every command on throwaway keys and a throwaway channel. Fails
-/// only on errors that are not permissions (the node is then unusable).
+/// Tries every command on throwaway keys and a throwaway channel: on a
+/// primary of a cluster (`shard`) keys of a slot it serves, and CLUSTER
+/// SLOTS too, which a server outside a cluster refuses whatever its user
+/// may do. Fails only on errors that are not permissions (the node is then
+/// unusable).
 pub(super) async fn probe(
     conn: &mut MultiplexedConnection,
     client: &redis::Client,
-    limit: Duration,
+    (limit, shard): (Duration, Option<&Shard<'_>>),
     report: &mut Report,
 ) -> redis::RedisResult<()> {
-    let probe = Probe::new(&format!("{:032x}", rand::random::<u128>()));
+    let probe = new_probe(shard);
     let set = query::<Option<String>>(conn, limit, probe.set(PROBE_TTL_MS)).await;
     allowed(report, &SET, set)?;
 
@@ -135,7 +139,26 @@ pub(super) async fn probe(
 
     let wait = query::<i64>(conn, limit, cli_probe::wait()).await;
     allowed(report, &WAIT, wait)?;
+    if shard.is_some() {
+        let slots = query::<Value>(conn, limit, CLUSTER_SLOTS.cmd()).await;
+        allowed(report, &CLUSTER_SLOTS, slots)?;
+    }
     Ok(())
+}
+
+/// Random ids tried for a probe whose keys a primary serves: a primary
+/// with a single slot of the 16384 is hit within this many with a
+/// probability of 1 - 1e-4.
+const PROBE_IDS: usize = 150_000;
+
+/// A probe with a random id, its keys in a slot that `shard` serves (when
+/// one is found, else in any slot: the probe's writes then fail).
+fn new_probe(shard: Option<&Shard<'_>>) -> Probe {
+    let random = || Probe::new(&format!("{:032x}", rand::random::<u128>()));
+    (0..PROBE_IDS)
+        .map(|_| random())
+        .find(|probe| shard::holds(shard, &probe.key))
+        .unwrap_or_else(random)
 }
 
 /// Whether the probe script could publish on the probe's channel.

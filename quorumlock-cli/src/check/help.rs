@@ -13,7 +13,8 @@ Examples:
   QUORUMLOCK_NODES=redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003 quorumlock check --strict
   quorumlock check --nodes-file /etc/quorumlock/nodes --key archive:nightly --json
   quorumlock check --nodes etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379 --key archive:nightly
-  quorumlock check --nodes zk://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181/locks --key archive:nightly";
+  quorumlock check --nodes zk://10.0.0.1:2181,10.0.0.2:2181,10.0.0.3:2181/locks --key archive:nightly
+  quorumlock check --nodes redis+cluster://10.0.1.1:7000,10.0.1.2:7000,redis+sentinel://10.0.2.1:26379,10.0.2.2:26379/locks,redis://10.0.3.1:6379";
 
 /// The width the command lists are wrapped to.
 const WIDTH: usize = 80;
@@ -39,6 +40,20 @@ holds another type than a string (an error: other data uses the name).
   findings      about the set of nodes: [{level, code, message}]
 Codes are stable identifiers (e.g. unreachable, auth_failed, missing_permission,
 key_without_ttl, no_persistence); messages are for people and may change.
+
+A Redis Cluster member (redis+cluster://) is one row, followed by a row for
+each primary that CLUSTER SLOTS names now (1.1, 1.2, ...), each checked like a
+node on keys of a slot it serves, CLUSTER SLOTS included; its primaries and
+their slot ranges are listed. Codes: unreachable (no server of the cluster
+answered CLUSTER SLOTS) and slots_uncovered (slots no primary serves: a lock
+whose key hashes there cannot be taken on the member). A Sentinel member
+(redis+sentinel://) is one row, followed by a row for the master the sentinels
+name now, checked like a node (no_master when they name none). Such a member
+counts once towards the majority; a finding on one of its servers counts
+against the member. JSON adds to such a member kind (\"cluster\", \"sentinel\"),
+primaries: [{address (host:port), slots: [[first, last], ...]}] or master_name
+and master (host:port, null when none), and servers: one object per server, as
+for a node.
 
 On an etcd cluster (one etcd:// URL, a build with the `etcd` feature) the rows
 are the members listed in the URL (latency, version, leader or follower), and

@@ -42,7 +42,7 @@ impl State {
 }
 
 /// One key on one node.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct KeyState {
     pub(super) key: String,
     pub(super) state: State,

@@ -14,8 +14,10 @@ mod command;
 mod etcd;
 mod help;
 mod keys;
+mod member;
 mod node;
 mod output;
+mod shard;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
@@ -90,6 +92,11 @@ struct Report {
     missing: Vec<&'static str>,
     keys: Vec<keys::KeyState>,
     findings: Vec<Finding>,
+    /// What a Redis Cluster or Sentinel member is made of, as it answered.
+    layout: Option<quorumlock::CliMemberLayout>,
+    /// The servers probed for such a member: the cluster's primaries, or
+    /// the sentinels' master.
+    servers: Vec<Report>,
 }
 
 impl Report {
@@ -109,8 +116,23 @@ impl Report {
         });
     }
 
+    /// The worst finding about the node, its servers' included.
     fn level(&self) -> Option<Level> {
-        self.findings.iter().map(|f| f.level).max()
+        let servers = self.servers.iter().filter_map(Report::level);
+        self.findings.iter().map(|f| f.level).chain(servers).max()
+    }
+
+    /// How many findings there are about the node, its servers' included.
+    fn finding_count(&self) -> usize {
+        self.findings.len() + self.servers.iter().map(Report::finding_count).sum::<usize>()
+    }
+
+    /// The `run_id`s of the servers behind the node.
+    fn run_ids(&self) -> impl Iterator<Item = &str> {
+        let servers = self.servers.iter().map(|s| s.run_id.as_str());
+        std::iter::once(self.run_id.as_str())
+            .chain(servers)
+            .filter(|id| !id.is_empty())
     }
 }
 
@@ -172,14 +194,20 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         return zookeeper::run(url, &nodes, &args).await;
     }
     let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
-    let probes = nodes
-        .urls
-        .iter()
-        .map(|url| node::probe(url, &nodes, &args, drift));
+    let probes = nodes.urls.iter().map(|url| async {
+        if member::is_member(url) {
+            member::probe(url, &nodes, &args, drift).await
+        } else {
+            node::probe(url, &nodes, &args, drift, None).await
+        }
+    });
     let mut reports = futures::future::join_all(probes).await;
     for i in 0..reports.len() {
-        let earlier =
-            (0..i).find(|&j| !reports[i].run_id.is_empty() && reports[j].run_id == reports[i].run_id);
+        let earlier = (0..i).find(|&j| {
+            reports[i]
+                .run_ids()
+                .any(|id| reports[j].run_ids().any(|other| other == id))
+        });
         if let Some(j) = earlier {
             reports[i].error(
                 "duplicate",

@@ -10,6 +10,7 @@ use redis::{AsyncConnectionConfig, ErrorKind, Value};
 use tokio::time::Instant;
 
 use super::command::query;
+use super::shard::{self, Shard};
 use super::{Args, Report, access, keys};
 use crate::duration::show;
 use crate::nodes::Resolved;
@@ -17,8 +18,15 @@ use crate::nodes::Resolved;
 /// Samples taken of PING and TIME; the fastest round trip is kept.
 const SAMPLES: usize = 5;
 
-/// Connects to one node and fills a report; never fails, problems go into it.
-pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Duration) -> Report {
+/// Connects to one server and fills a report; never fails, problems go
+/// into it. `shard` says which cluster the server is a primary of, if any.
+pub(super) async fn probe(
+    url: &str,
+    nodes: &Resolved,
+    args: &Args,
+    drift: Duration,
+    shard: Option<&Shard<'_>>,
+) -> Report {
     let mut report = Report {
         name: quorumlock::redact_url(url),
         ..Report::default()
@@ -49,11 +57,19 @@ pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Durat
     let inspected = inspect(&mut conn, &mut report, args, drift).await;
     let result = match inspected {
         Ok(Writes::Refused) => Ok(()),
-        Ok(Writes::Accepted) => access::probe(&mut conn, &client, args.timeout, &mut report).await,
+        Ok(Writes::Accepted) => access::probe(&mut conn, &client, (args.timeout, shard), &mut report).await,
         Err(e) => Err(e),
     };
     let result = match result {
-        Ok(()) => keys::inspect(&mut conn, args.timeout, &args.keys, &mut report).await,
+        Ok(()) => {
+            let keys: Vec<String> = args
+                .keys
+                .iter()
+                .filter(|key| shard::holds(shard, key))
+                .cloned()
+                .collect();
+            keys::inspect(&mut conn, args.timeout, &keys, &mut report).await
+        }
         Err(e) => Err(e),
     };
     if let Err(e) = result {

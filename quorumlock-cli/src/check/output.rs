@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::keys::KeyState;
+use super::member;
 use super::{Finding, Level, Report, Summary};
 
 /// The table, each key's state per node, every finding and the verdict.
@@ -23,16 +24,13 @@ pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> S
         let _ = writeln!(out, "key {key:?}: {}", states.join(", "));
     }
     for (i, report) in reports.iter().enumerate() {
-        for finding in &report.findings {
-            let _ = writeln!(
-                out,
-                "{} {} ({}): {}: {}",
-                summary.store.row,
-                i + 1,
-                report.name,
-                label(finding.level),
-                finding.message
-            );
+        let row = summary.store.row;
+        if let Some(parts) = report.layout.as_ref().and_then(member::describe) {
+            let _ = writeln!(out, "{row} {} ({}): {parts}", i + 1, report.name);
+        }
+        findings_of(&mut out, &format!("{row} {}", i + 1), report);
+        for (k, server) in report.servers.iter().enumerate() {
+            findings_of(&mut out, &format!("{row} {}.{}", i + 1, k + 1), server);
         }
     }
     for finding in &summary.findings {
@@ -58,14 +56,33 @@ pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> S
     out
 }
 
+/// A line for each finding about one row (`row`: "node 2.1").
+fn findings_of(out: &mut String, row: &str, report: &Report) {
+    for finding in &report.findings {
+        let (name, level) = (&report.name, label(finding.level));
+        let _ = writeln!(out, "{row} ({name}): {level}: {}", finding.message);
+    }
+}
+
 /// Everything as one JSON object.
 pub(super) fn json(reports: &[Report], summary: &Summary) -> Value {
-    let nodes: Vec<Value> = reports
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            json!({
-                "index": i + 1,
+    let nodes: Vec<Value> = reports.iter().enumerate().map(|(i, r)| node(i + 1, r)).collect();
+    json!({
+        "status": status(summary.worst),
+        "exit_code": summary.code,
+        "nodes_total": summary.nodes,
+        "usable": summary.usable,
+        "majority": summary.majority,
+        "nodes": nodes,
+        "findings": findings(&summary.findings),
+    })
+}
+
+/// One node, or one server of a member (`index` counts from 1 among them),
+/// as a JSON object: a member adds what it is made of and its servers.
+fn node(index: usize, r: &Report) -> Value {
+    let mut object = json!({
+                "index": index,
                 "node": r.name,
                 "status": status(r.level()),
                 "ping_ms": r.ping.map(|p| p.as_secs_f64() * 1000.0),
@@ -85,18 +102,15 @@ pub(super) fn json(reports: &[Report], summary: &Summary) -> Value {
                     "ttl_ms": k.ttl_ms,
                 })).collect::<Vec<_>>(),
                 "findings": findings(&r.findings),
-            })
-        })
-        .collect();
-    json!({
-        "status": status(summary.worst),
-        "exit_code": summary.code,
-        "nodes_total": summary.nodes,
-        "usable": summary.usable,
-        "majority": summary.majority,
-        "nodes": nodes,
-        "findings": findings(&summary.findings),
-    })
+    });
+    if let (Some(layout), Some(fields)) = (&r.layout, object.as_object_mut()) {
+        if let Value::Object(member) = member::json(layout) {
+            fields.extend(member);
+        }
+        let servers = r.servers.iter().enumerate().map(|(k, s)| node(k + 1, s));
+        fields.insert("servers".into(), servers.collect());
+    }
+    object
 }
 
 fn findings(findings: &[Finding]) -> Vec<Value> {
@@ -234,13 +248,18 @@ fn table(reports: &[Report], columns: &[Column]) -> String {
     let rows: Vec<Vec<String>> = reports
         .iter()
         .enumerate()
-        .map(|(i, r)| {
+        .flat_map(|(i, r)| {
+            let servers = r.servers.iter().enumerate();
+            let servers = servers.map(move |(k, s)| (format!("{}.{}", i + 1, k + 1), s));
+            std::iter::once(((i + 1).to_string(), r)).chain(servers)
+        })
+        .map(|(number, r)| {
             let status = match r.level() {
                 None => "ok".to_owned(),
-                Some(Level::Warning) => format!("{} warning(s)", r.findings.len()),
+                Some(Level::Warning) => format!("{} warning(s)", r.finding_count()),
                 Some(Level::Error) => "ERROR".to_owned(),
             };
-            [(i + 1).to_string()]
+            [number]
                 .into_iter()
                 .chain(columns.iter().map(|c| (c.cell)(r)))
                 .chain([status])

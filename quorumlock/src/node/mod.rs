@@ -241,6 +241,21 @@ pub enum Layout {
     },
 }
 
+impl Layout {
+    /// The primary (`host:port`) that serves `key`'s hash slot on a cluster;
+    /// `None` for another member, or when no primary serves that slot.
+    pub fn primary_of(&self, key: &str) -> Option<&str> {
+        let Layout::Cluster { primaries } = self else {
+            return None;
+        };
+        let slot = crate::wire::keys::slot(key);
+        primaries
+            .iter()
+            .find(|(_, ranges)| ranges.iter().any(|&(first, last)| (first..=last).contains(&slot)))
+            .map(|(address, _)| address.as_str())
+    }
+}
+
 impl fmt::Debug for Node {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("Node").field(&self.name()).finish()
