@@ -2,7 +2,7 @@
 //! primaries (no replicas: these tests fail nothing), started once for the
 //! binary.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
 use quorumlock::{Error, LockOptions, Setting};
@@ -10,15 +10,35 @@ use quorumlock_testkit::redis_cluster::RedisCluster;
 
 use super::{TTL, client, ms};
 
-/// Three clusters of three primaries each, shared by the tests of this
-/// module (each test locks names of its own).
-fn clusters() -> &'static [RedisCluster; 3] {
-    static CLUSTERS: OnceLock<[RedisCluster; 3]> = OnceLock::new();
-    CLUSTERS.get_or_init(|| std::array::from_fn(|_| RedisCluster::start(3, 0)))
+/// Three clusters of three primaries each.
+type Clusters = [RedisCluster; 3];
+
+/// The clusters of the tests of this module running now, started by the
+/// first of them (each test locks names of its own). A static would never
+/// be dropped, and its servers would outlive the test binary: they stop
+/// with the last test that holds them.
+fn clusters() -> Arc<Clusters> {
+    static SHARED: Mutex<Weak<Clusters>> = Mutex::new(Weak::new());
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(clusters) = shared.upgrade() {
+        return clusters;
+    }
+    let clusters: Arc<Clusters> = Arc::new(std::thread::scope(|scope| {
+        let starting: Vec<_> = (0..3)
+            .map(|_| scope.spawn(|| RedisCluster::start(3, 0)))
+            .collect();
+        let started: Vec<RedisCluster> = starting
+            .into_iter()
+            .map(|start| start.join().expect("cluster started"))
+            .collect();
+        started.try_into().expect("three clusters")
+    }));
+    *shared = Arc::downgrade(&clusters);
+    clusters
 }
 
-fn members() -> Vec<&'static RedisCluster> {
-    clusters().iter().collect()
+fn members(clusters: &Clusters) -> Vec<&RedisCluster> {
+    clusters.iter().collect()
 }
 
 /// The value of `key` as the cluster has it, through `redis-cli -c`.
@@ -28,7 +48,8 @@ fn get(cluster: &RedisCluster, key: &str) -> String {
 
 #[tokio::test]
 async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released() {
-    let redlock = client(&members());
+    let clusters = clusters();
+    let redlock = client(&members(&clusters));
     // Names in different slots, so that each member's primaries all serve.
     let names: Vec<String> = (0..12).map(|i| format!("basics:slot-spread:{i}")).collect();
     let mut guards = Vec::new();
@@ -43,11 +64,11 @@ async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released
     }
     let primaries: std::collections::HashSet<usize> = names
         .iter()
-        .map(|name| clusters()[0].primary_for_slot(clusters()[0].slot_of(name)))
+        .map(|name| clusters[0].primary_for_slot(clusters[0].slot_of(name)))
         .collect();
     assert_eq!(primaries.len(), 3, "the names spread over every primary");
     for (name, guard) in names.iter().zip(&guards) {
-        for cluster in clusters() {
+        for cluster in clusters.iter() {
             assert_eq!(get(cluster, name), guard.token(), "{name}");
         }
     }
@@ -55,7 +76,7 @@ async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released
         guard.release().await.expect("released");
     }
     for name in &names {
-        for cluster in clusters() {
+        for cluster in clusters.iter() {
             assert_eq!(get(cluster, name), "", "{name} left behind");
         }
     }
@@ -63,7 +84,8 @@ async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released
 
 #[tokio::test]
 async fn a_lock_over_keys_of_several_slots_is_refused_with_the_slots_and_the_advice() {
-    let redlock = client(&members());
+    let clusters = clusters();
+    let redlock = client(&members(&clusters));
     let error = redlock
         .try_lock(["basics:order:1", "basics:payment:1"], TTL)
         .await
@@ -88,7 +110,8 @@ async fn a_lock_over_keys_of_several_slots_is_refused_with_the_slots_and_the_adv
 
 #[tokio::test]
 async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
-    let redlock = client(&members());
+    let clusters = clusters();
+    let redlock = client(&members(&clusters));
     let names: Vec<String> = (0..40).map(|i| format!("basics:renewed:{i}")).collect();
     let mut guards = Vec::new();
     for name in &names {
@@ -103,7 +126,7 @@ async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
     tokio::time::sleep(TTL * 2).await;
     for (name, guard) in names.iter().zip(&guards) {
         assert!(guard.is_held(), "{name} lost");
-        for cluster in clusters() {
+        for cluster in clusters.iter() {
             assert_eq!(get(cluster, name), guard.token(), "{name} not renewed");
         }
     }
@@ -114,8 +137,9 @@ async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
 
 #[tokio::test]
 async fn a_waiter_is_handed_the_lock_when_it_is_released() {
-    let holder = client(&members());
-    let waiter = client(&members());
+    let clusters = clusters();
+    let holder = client(&members(&clusters));
+    let waiter = client(&members(&clusters));
     let guard = holder
         .try_lock("basics:handoff", TTL)
         .await
@@ -145,7 +169,8 @@ async fn a_waiter_is_handed_the_lock_when_it_is_released() {
 
 #[tokio::test]
 async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
-    let redlock = client(&members())
+    let clusters = clusters();
+    let redlock = client(&members(&clusters))
         .with_options(LockOptions::new().fenced(true))
         .expect("options");
     let first = redlock
@@ -168,7 +193,7 @@ async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
     assert!(second.fence_token().expect("fenced") > first_fence);
     let report = redlock.force_unlock("basics:fenced").await.expect("unlocked");
     assert!(format!("{report:?}").contains("Deleted"), "{report:?}");
-    for cluster in clusters() {
+    for cluster in clusters.iter() {
         assert_eq!(get(cluster, "basics:fenced"), "");
     }
     drop(second);
@@ -176,7 +201,8 @@ async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
 
 #[tokio::test]
 async fn an_idempotency_key_runs_its_work_once() {
-    let redlock = client(&members());
+    let clusters = clusters();
+    let redlock = client(&members(&clusters));
     let jobs = redlock.idempotency();
     let runs = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..2 {
@@ -198,8 +224,9 @@ async fn an_idempotency_key_runs_its_work_once() {
 
 #[tokio::test]
 async fn cluster_members_and_a_single_server_share_one_quorum() {
+    let clusters = clusters();
     let single = quorumlock_testkit::server::RedisServer::start();
-    let urls = [clusters()[0].url(), clusters()[1].url(), single.url()];
+    let urls = [clusters[0].url(), clusters[1].url(), single.url()];
     let redlock = quorumlock::Redlock::builder()
         .nodes(urls)
         .build()
@@ -213,7 +240,7 @@ async fn cluster_members_and_a_single_server_share_one_quorum() {
         quorumlock_testkit::get(&single, "basics:mixed").as_deref(),
         Some(guard.token())
     );
-    assert_eq!(get(&clusters()[1], "basics:mixed"), guard.token());
+    assert_eq!(get(&clusters[1], "basics:mixed"), guard.token());
     guard.release().await.expect("released");
     assert_eq!(quorumlock_testkit::get(&single, "basics:mixed"), None);
 }
