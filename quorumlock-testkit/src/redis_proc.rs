@@ -6,9 +6,9 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+pub(crate) use crate::server::fresh_dir;
 use crate::server::{INSTALL_HINT, hold_port};
 
 /// How long a spawned process may take to answer PING. Generous, for a
@@ -168,22 +168,6 @@ impl Drop for Proc {
 
 /// The log file name in each process's directory.
 pub(crate) const LOG_FILE: &str = "redis.log";
-
-/// A new empty directory under the system temp dir named after `kind`,
-/// unique in this process and across processes.
-pub(crate) fn fresh_dir(kind: &str) -> io::Result<PathBuf> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let dir = std::env::temp_dir().join(format!(
-        "quorumlock-{kind}-{}-{}-{nanos}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
 
 /// `dir` as a string for a conf file or an argument.
 pub(crate) fn path_str(dir: &Path) -> String {

@@ -90,7 +90,7 @@ impl RedisServer {
         for _ in 0..PORT_ATTEMPTS {
             let mut server = RedisServer {
                 port: free_port()?,
-                dir: fresh_dir()?,
+                dir: fresh_dir("redis")?,
                 persistence,
                 extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
                 env: env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect(),
@@ -443,15 +443,15 @@ fn free_port() -> io::Result<u16> {
     Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port())
 }
 
-/// A new empty directory under the system temp dir, unique in this process
-/// and across processes.
-fn fresh_dir() -> io::Result<PathBuf> {
+/// A new empty directory under the system temp dir named after `kind`,
+/// unique in this process and across processes.
+pub(crate) fn fresh_dir(kind: &str) -> io::Result<PathBuf> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
     let dir = std::env::temp_dir().join(format!(
-        "quorumlock-redis-{}-{}-{nanos}",
+        "quorumlock-{kind}-{}-{}-{nanos}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     ));

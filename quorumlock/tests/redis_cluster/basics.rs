@@ -46,22 +46,23 @@ fn get(cluster: &RedisCluster, key: &str) -> String {
     cluster.cli(&["GET", key]).expect("GET").trim().to_owned()
 }
 
+/// Takes a lock on each of `names`, in order.
+async fn lock_all(redlock: &quorumlock::Redlock, names: &[String]) -> Vec<quorumlock::Guard> {
+    let mut guards = Vec::new();
+    for name in names {
+        let guard = redlock.try_lock(name.as_str(), TTL).await.expect("no error");
+        guards.push(guard.expect("acquired"));
+    }
+    guards
+}
+
 #[tokio::test]
 async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released() {
     let clusters = clusters();
     let redlock = client(&members(&clusters));
     // Names in different slots, so that each member's primaries all serve.
     let names: Vec<String> = (0..12).map(|i| format!("basics:slot-spread:{i}")).collect();
-    let mut guards = Vec::new();
-    for name in &names {
-        guards.push(
-            redlock
-                .try_lock(name.as_str(), TTL)
-                .await
-                .expect("no error")
-                .expect("acquired"),
-        );
-    }
+    let guards = lock_all(&redlock, &names).await;
     let primaries: std::collections::HashSet<usize> = names
         .iter()
         .map(|name| clusters[0].primary_for_slot(clusters[0].slot_of(name)))
@@ -113,16 +114,7 @@ async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
     let clusters = clusters();
     let redlock = client(&members(&clusters));
     let names: Vec<String> = (0..40).map(|i| format!("basics:renewed:{i}")).collect();
-    let mut guards = Vec::new();
-    for name in &names {
-        guards.push(
-            redlock
-                .try_lock(name.as_str(), TTL)
-                .await
-                .expect("no error")
-                .expect("acquired"),
-        );
-    }
+    let guards = lock_all(&redlock, &names).await;
     tokio::time::sleep(TTL * 2).await;
     for (name, guard) in names.iter().zip(&guards) {
         assert!(guard.is_held(), "{name} lost");
