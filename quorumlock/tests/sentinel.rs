@@ -130,3 +130,45 @@ async fn without_replica_acknowledgement_the_holder_hears_of_the_loss_when_the_p
         .expect("the holder was told of the loss");
     assert!(!guard.is_held());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_sentinel_member_is_woken_by_the_release() {
+    let setup = tokio::task::spawn_blocking(|| SentinelSetup::start(0, 1))
+        .await
+        .expect("sentinel set");
+    let holder = client(&setup, None);
+    // Polls every 5 s: only the wake-up published on the master brings the
+    // waiter in sooner.
+    let waiter = client(&setup, None)
+        .with_options(quorumlock::LockOptions::new().retry_delay(Duration::from_secs(5)))
+        .expect("options");
+    let guard = holder
+        .try_lock("sentinel:handoff", TTL)
+        .await
+        .expect("no error")
+        .expect("acquired");
+    let waiting = tokio::spawn(async move { waiter.lock("sentinel:handoff", TTL).await });
+    // Released once the waiter is in the lock's line on the master.
+    let master = setup.data_node(setup.master_index());
+    let queued = Instant::now();
+    while master
+        .command(&["ZCARD", "quorumlock:waiters:{sentinel:handoff}"])
+        .expect("ZCARD")
+        .starts_with(":0")
+    {
+        assert!(
+            queued.elapsed() < Duration::from_secs(5),
+            "the waiter never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let released = Instant::now();
+    guard.release().await.expect("released");
+    let handed = waiting.await.expect("waiter").expect("handed the lock");
+    assert!(
+        released.elapsed() < Duration::from_secs(3),
+        "the waiter came {:?} after the release: no wake-up reached it",
+        released.elapsed()
+    );
+    handed.release().await.expect("released");
+}

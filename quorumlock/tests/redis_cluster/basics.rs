@@ -10,6 +10,10 @@ use quorumlock_testkit::redis_cluster::RedisCluster;
 
 use super::{TTL, client, ms};
 
+// Every test runs on two threads: it blocks its own while it looks at the
+// clusters (`eventually`), and the library's background work (the writes a
+// majority did not wait for, renewals, a waiter) must go on meanwhile.
+
 /// Three clusters of three primaries each.
 type Clusters = [RedisCluster; 3];
 
@@ -43,7 +47,12 @@ fn members(clusters: &Clusters) -> Vec<&RedisCluster> {
 
 /// The value of `key` as the cluster has it, through `redis-cli -c`.
 fn get(cluster: &RedisCluster, key: &str) -> String {
-    cluster.cli(&["GET", key]).expect("GET").trim().to_owned()
+    get_with(cluster, &["GET", key])
+}
+
+/// The reply to `command` through `redis-cli -c`, trimmed.
+fn get_with(cluster: &RedisCluster, command: &[&str]) -> String {
+    cluster.cli(command).expect("redis-cli").trim().to_owned()
 }
 
 /// How long a member may take to run a request the lock did not wait for:
@@ -79,7 +88,7 @@ async fn lock_all(redlock: &quorumlock::Redlock, names: &[String]) -> Vec<quorum
     guards
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released() {
     let clusters = clusters();
     let redlock = client(&members(&clusters));
@@ -106,7 +115,7 @@ async fn a_lock_lives_on_the_primary_of_its_slot_in_every_member_and_is_released
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_over_keys_of_several_slots_is_refused_with_the_slots_and_the_advice() {
     let clusters = clusters();
     let redlock = client(&members(&clusters));
@@ -132,7 +141,7 @@ async fn a_lock_over_keys_of_several_slots_is_refused_with_the_slots_and_the_adv
     guard.release().await.expect("released");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
     let clusters = clusters();
     let redlock = client(&members(&clusters));
@@ -152,7 +161,7 @@ async fn the_watchdog_keeps_many_locks_of_many_slots_past_their_ttl() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_is_handed_the_lock_when_it_is_released() {
     let clusters = clusters();
     let holder = client(&members(&clusters));
@@ -165,15 +174,17 @@ async fn a_waiter_is_handed_the_lock_when_it_is_released() {
     let waiter = waiter
         .with_options(LockOptions::new().retry_delay(Duration::from_secs(5)))
         .expect("options");
-    let waiting = tokio::spawn(async move {
-        let started = Instant::now();
-        let guard = waiter.lock("basics:handoff", TTL).await.expect("handed the lock");
-        (started.elapsed(), guard)
+    let waiting = tokio::spawn(async move { waiter.lock("basics:handoff", TTL).await });
+    // Released once the waiter is in the lock's line on some member (it
+    // queues where its attempt was refused, and the attempt returns as soon
+    // as a majority has refused).
+    eventually("the waiter's place in line", "true", || {
+        let queued = |cluster| get_with(cluster, &["ZCARD", "quorumlock:waiters:{basics:handoff}"]) == "1";
+        clusters.iter().any(queued).to_string()
     });
-    tokio::time::sleep(ms(500)).await;
     let released = Instant::now();
     guard.release().await.expect("released");
-    let (_, guard) = waiting.await.expect("waiter");
+    let guard = waiting.await.expect("waiter").expect("handed the lock");
     // The waiter polls every 5 s: only the wake-up published on a cluster
     // member brings it in this soon.
     assert!(
@@ -184,7 +195,7 @@ async fn a_waiter_is_handed_the_lock_when_it_is_released() {
     guard.release().await.expect("released");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
     let clusters = clusters();
     let redlock = client(&members(&clusters))
@@ -218,7 +229,7 @@ async fn fencing_tokens_grow_and_inspect_and_unlock_see_the_holder() {
     drop(second);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotency_key_runs_its_work_once() {
     let clusters = clusters();
     let redlock = client(&members(&clusters));
@@ -241,7 +252,7 @@ async fn an_idempotency_key_runs_its_work_once() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_members_and_a_single_server_share_one_quorum() {
     let clusters = clusters();
     let single = quorumlock_testkit::server::RedisServer::start();
