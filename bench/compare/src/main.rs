@@ -13,7 +13,8 @@
 //! (b) 64 and 256 tasks on keys of their own: cycles/s; (c) 1 ms added each
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
 //! black-holed; (e) contended hand-off; (f) fenced vs plain (in
-//! the rounds of (a)). Scenarios (a), (b) and (e) also run quorumlock on
+//! the rounds of (a)); (g) members that are Redis Clusters of 1, 2 and 3
+//! shards against plain members, with the capacity model of shards. Scenarios (a), (b) and (e) also run quorumlock on
 //! etcd and on ZooKeeper (in the N=5 rounds of (a) and (b)). Rounds
 //! alternate between contenders so that the noise of a shared machine hits
 //! all alike; tables give medians over rounds and ratios computed within
@@ -29,6 +30,7 @@ mod nodes;
 mod plot;
 mod report;
 mod rounds;
+mod shards;
 mod single;
 mod stats;
 mod targets;
@@ -116,7 +118,7 @@ impl Settings {
         format!(
             "(a, f) {} rounds x {} cycles (+{} warm-up); (b) {} rounds of {:.1} s (+{:.1} s warm-up); \
              (c) {} rounds x {} cycles; (d) {} rounds x {} cycles, rslock and redlock {} cycles per \
-             round with a {:.0} s cap; (e) {} rounds of {} acquisitions",
+             round with a {:.0} s cap; (e) {} rounds of {} acquisitions; (g) as (b)",
             self.single_rounds,
             b.cycles,
             b.warmup,
@@ -142,6 +144,7 @@ pub struct Results {
     pub throughput: Option<Vec<throughput::Rate>>,
     pub network: Option<network::Network>,
     pub handoff: Option<Vec<(handoff::Setup, Vec<handoff::Round>)>>,
+    pub shards: Option<Vec<shards::Config>>,
 }
 
 struct Args {
@@ -155,13 +158,13 @@ struct Args {
     secs: f64,
 }
 
-const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f]
+const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g]
        quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd|zookeeper \
                           [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
 fn args() -> Args {
     let mut args = std::env::args().skip(1);
-    let (mut smoke, mut out, mut only) = (false, None, "abcdef".to_owned());
+    let (mut smoke, mut out, mut only) = (false, None, "abcdefg".to_owned());
     let (mut profile, mut nodes, mut tasks, mut secs) = (None, 5, 64, 10.0);
     let usage = || -> ! {
         eprintln!("{USAGE}");
@@ -307,6 +310,12 @@ fn main() {
                 settings.handoff_warmup,
             );
             results.handoff = Some(handoff::run(&nodes, rounds, target, warmup, &stores).await);
+            nodes.flush();
+        }
+        if wants('g') {
+            eprintln!("(g) members of 1, 2 and 3 shards");
+            let (rounds, window) = (settings.throughput_rounds, settings.window);
+            results.shards = Some(shards::run(&nodes, rounds, window).await);
         }
     });
     // Background work of the clients (pending requests, subscriptions) ends
@@ -462,11 +471,22 @@ fn smoke_checks(results: &Results, targets: &[targets::Target]) {
             ));
         }
     }
+    for c in results.shards.iter().flatten() {
+        let ok = c.errors == 0 && c.median().is_some_and(|r| r > 0.0);
+        checks.push((format!("(g) {} x{}", c.members.label(), c.tasks), ok));
+    }
     for (setup, rounds) in results.handoff.iter().flatten() {
         let ok = rounds.iter().all(|r| r.handoffs > 0 && !r.gaps.is_empty());
         checks.push((format!("hand-off {}", setup.label()), ok));
     }
-    checks.push(("targets evaluated".into(), !targets.is_empty()));
+    // Scenario (g) has no targets: alone, it evaluates none.
+    let with_targets = results.single.is_some()
+        || results.throughput.is_some()
+        || results.network.is_some()
+        || results.handoff.is_some();
+    if with_targets {
+        checks.push(("targets evaluated".into(), !targets.is_empty()));
+    }
     let failed: Vec<&String> = checks
         .iter()
         .filter(|(_, ok)| !ok)
