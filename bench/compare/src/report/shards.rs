@@ -99,7 +99,7 @@ fn failures(md: &mut String, configs: &[Config]) {
 }
 
 fn capacity(md: &mut String, configs: &[Config], cpus: usize) {
-    let _ = writeln!(md, "\n**Capacity model (g).** ");
+    let _ = write!(md, "\n**Capacity model (g).** ");
     let _ = writeln!(
         md,
         "Each cycle's keys share a hash slot, so on each member one primary serves the whole cycle, \
@@ -157,7 +157,7 @@ fn capacity(md: &mut String, configs: &[Config], cpus: usize) {
          the {MEMBERS} x S primaries ({} at {} shards) and the client, {}: with 256 tasks it \
          stayed between {} and {} cycles/s. The model holds while each primary has a core of its own \
          and the client is not the limit (its bound, one core over its CPU per cycle, is the last \
-         column): past that, adding shards adds nothing.\n",
+         column): past that, adding shards adds nothing.{}\n",
         if cs.is_empty() { "-".into() } else { cs.join(", ") },
         MEMBERS * SHARDS[SHARDS.len() - 1],
         SHARDS[SHARDS.len() - 1],
@@ -168,5 +168,29 @@ fn capacity(md: &mut String, configs: &[Config], cpus: usize) {
         },
         fmt((!rates.is_empty()).then_some(low), 0),
         fmt((!rates.is_empty()).then_some(high), 0),
+        client_limits(configs),
     );
+}
+
+/// Whether the client's bound was below the shards' capacity in every
+/// cluster configuration: then the client, not the shards, set the rate.
+fn client_limits(configs: &[Config]) -> String {
+    let clusters = configs.iter().filter(|c| c.members != Members::Plain);
+    let bounds: Vec<(f64, f64)> = clusters
+        .filter_map(|c| {
+            let client = 1e6 / med(&c.client_us)?;
+            let capacity = c.members.shards() as f64 * 1e6 / med(&c.shard_us())?;
+            Some((client, capacity))
+        })
+        .collect();
+    if bounds.is_empty() || bounds.iter().any(|(client, capacity)| client >= capacity) {
+        return String::new();
+    }
+    let most = bounds.iter().map(|b| b.0).fold(0.0_f64, f64::max);
+    let least = bounds.iter().map(|b| b.1).fold(f64::INFINITY, f64::min);
+    format!(
+        " In this run the client's bound (at most {most:.0} cycles/s) was below the shards' capacity \
+         (at least {least:.0} cycles/s) in every cluster configuration: the client, sharing the cores \
+         with the primaries, set the rate, not the shards."
+    )
 }
