@@ -75,6 +75,8 @@ pub struct Config {
     pub shard_rate: Vec<(f64, f64, f64)>,
     /// Commands per cycle per member.
     pub commands_per_cycle: Vec<f64>,
+    /// Cycles counted over all rounds, and failed ones.
+    pub cycles: f64,
     pub errors: u64,
     pub first_error: Option<String>,
 }
@@ -89,6 +91,7 @@ impl Config {
             nodes_us: Vec::new(),
             shard_rate: Vec::new(),
             commands_per_cycle: Vec::new(),
+            cycles: 0.0,
             errors: 0,
             first_error: None,
         }
@@ -113,18 +116,33 @@ struct Primary {
     port: u16,
 }
 
-/// The primaries' CPU time and command counts at one instant.
+/// The primaries' CPU time at one instant, and their command counts read
+/// on a thread of its own: a query blocks, and blocking the client's
+/// runtime would hold up its requests past their timeout.
 struct Sample {
-    at: Instant,
     cpu: Vec<Duration>,
+    commands: std::thread::JoinHandle<Counts>,
+}
+
+/// Command counts of the primaries, and the instant they stand for (the
+/// middle of the time taken to read them).
+struct Counts {
+    at: Instant,
     commands: Vec<u64>,
 }
 
 fn sample(primaries: &[Primary]) -> Sample {
+    let ports: Vec<u16> = primaries.iter().map(|p| p.port).collect();
     Sample {
-        at: Instant::now(),
         cpu: primaries.iter().map(|p| crate::cpu::process(p.pid)).collect(),
-        commands: primaries.iter().map(|p| commands_processed(p.port)).collect(),
+        commands: std::thread::spawn(move || {
+            let start = Instant::now();
+            let commands = ports.into_iter().map(commands_processed).collect();
+            Counts {
+                at: start + start.elapsed() / 2,
+                commands,
+            }
+        }),
     }
 }
 
@@ -248,8 +266,12 @@ async fn measure(
         cpu
     };
     let outcome = throughput::round(&store, contender, config.tasks, prefix, window).await;
-    let samples = samples.into_inner();
-    let [before, after] = &samples[..] else {
+    let counts: Vec<Counts> = samples
+        .into_inner()
+        .into_iter()
+        .map(|s| s.commands.join().expect("command counts"))
+        .collect();
+    let [before, after] = &counts[..] else {
         panic!("a round samples the store at the start and the end of its window");
     };
     let secs = (after.at - before.at).as_secs_f64();
@@ -271,6 +293,7 @@ async fn measure(
     config
         .commands_per_cycle
         .push(rates.iter().sum::<f64>() * secs / (MEMBERS as f64 * cycles));
+    config.cycles += cycles;
     config.errors += outcome.errors;
     if config.first_error.is_none() {
         config.first_error = outcome.first_error;
