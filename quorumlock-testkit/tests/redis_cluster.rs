@@ -1,7 +1,8 @@
-//! The Redis Cluster harness against real `redis-server` nodes: a cluster
-//! of three primaries with a replica each serves SET and GET through
-//! `redis-cli -c`, promotes a replica when a primary is killed and takes
-//! the old one back, and moves a slot with its keys to another primary.
+//! The Redis Cluster harness against real `redis-server` nodes: clusters
+//! of one and two primaries (formed by hand) and of three primaries with a
+//! replica each serve SET and GET through `redis-cli -c`; a cluster
+//! promotes a replica when a primary is killed and takes the old one back,
+//! and moves a slot with its keys to another primary.
 
 use std::time::{Duration, Instant};
 
@@ -70,6 +71,34 @@ fn three_primaries_serve_set_and_get() {
         .map(|k| cluster.primary_for_slot(cluster.slot_of(k)))
         .collect();
     assert_eq!(owners.len(), 3, "the keys are spread over all primaries");
+}
+
+#[test]
+fn one_and_two_primaries_are_formed_without_redis_cli_create() {
+    for primaries in [1, 2] {
+        let cluster = RedisCluster::start(primaries, 0);
+        assert_eq!(cluster.len(), primaries);
+        assert_eq!(cluster.current_primaries(), (0..primaries).collect::<Vec<_>>());
+        assert_eq!(cluster.primary_for_slot(0), 0);
+        assert_eq!(cluster.primary_for_slot(16383), primaries - 1);
+        set(&cluster, "alpha", "one");
+        assert_eq!(get(&cluster, "alpha"), "one");
+        let pid = cluster.pid(0).expect("node 0 runs");
+        assert!(pid > 0);
+        let info = cluster.command(0, &["INFO", "stats"]).expect("INFO");
+        assert!(info.contains("total_commands_processed:"), "{info}");
+    }
+}
+
+#[test]
+fn one_primary_with_a_replica_is_formed_by_hand() {
+    let cluster = RedisCluster::start(1, 1);
+    assert_eq!(cluster.current_primaries(), [0]);
+    set(&cluster, "bravo", "two");
+    let replica = cluster.ports()[1];
+    wait_until("the replica has the key", || {
+        replica_get(replica, "bravo").as_deref() == Some("two")
+    });
 }
 
 #[test]

@@ -13,7 +13,8 @@
 //! (b) 64 and 256 tasks on keys of their own: cycles/s; (c) 1 ms added each
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
 //! black-holed; (e) contended hand-off; (f) fenced vs plain (in
-//! the rounds of (a)). Scenarios (a), (b) and (e) also run quorumlock on
+//! the rounds of (a)); (g) members that are Redis Clusters of 1, 2 and 3
+//! shards against plain members, with the capacity model of shards. Scenarios (a), (b) and (e) also run quorumlock on
 //! etcd and on ZooKeeper (in the N=5 rounds of (a) and (b)). Rounds
 //! alternate between contenders so that the noise of a shared machine hits
 //! all alike; tables give medians over rounds and ratios computed within
@@ -29,7 +30,9 @@ mod nodes;
 mod plot;
 mod report;
 mod rounds;
+mod shards;
 mod single;
+mod smoke;
 mod stats;
 mod targets;
 mod throughput;
@@ -116,7 +119,7 @@ impl Settings {
         format!(
             "(a, f) {} rounds x {} cycles (+{} warm-up); (b) {} rounds of {:.1} s (+{:.1} s warm-up); \
              (c) {} rounds x {} cycles; (d) {} rounds x {} cycles, rslock and redlock {} cycles per \
-             round with a {:.0} s cap; (e) {} rounds of {} acquisitions",
+             round with a {:.0} s cap; (e) {} rounds of {} acquisitions; (g) as (b)",
             self.single_rounds,
             b.cycles,
             b.warmup,
@@ -142,6 +145,7 @@ pub struct Results {
     pub throughput: Option<Vec<throughput::Rate>>,
     pub network: Option<network::Network>,
     pub handoff: Option<Vec<(handoff::Setup, Vec<handoff::Round>)>>,
+    pub shards: Option<Vec<shards::Config>>,
 }
 
 struct Args {
@@ -155,13 +159,13 @@ struct Args {
     secs: f64,
 }
 
-const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f]
+const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g]
        quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd|zookeeper \
                           [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
 fn args() -> Args {
     let mut args = std::env::args().skip(1);
-    let (mut smoke, mut out, mut only) = (false, None, "abcdef".to_owned());
+    let (mut smoke, mut out, mut only) = (false, None, "abcdefg".to_owned());
     let (mut profile, mut nodes, mut tasks, mut secs) = (None, 5, 64, 10.0);
     let usage = || -> ! {
         eprintln!("{USAGE}");
@@ -307,6 +311,12 @@ fn main() {
                 settings.handoff_warmup,
             );
             results.handoff = Some(handoff::run(&nodes, rounds, target, warmup, &stores).await);
+            nodes.flush();
+        }
+        if wants('g') {
+            eprintln!("(g) members of 1, 2 and 3 shards");
+            let (rounds, window) = (settings.throughput_rounds, settings.window);
+            results.shards = Some(shards::run(&nodes, rounds, window).await);
         }
     });
     // Background work of the clients (pending requests, subscriptions) ends
@@ -321,7 +331,7 @@ fn main() {
     drop(nodes);
     drop(stores);
     if settings.smoke {
-        smoke_checks(&results, &targets);
+        smoke::checks(&results, &targets);
     }
 }
 
@@ -423,64 +433,4 @@ fn charts(dir: &Path, results: &Results) -> Result<(), String> {
         )?;
     }
     Ok(())
-}
-
-/// In smoke mode: the benchmark code ran and quorumlock worked in every
-/// scenario. Peers are not judged here (their failures are the report's).
-fn smoke_checks(results: &Results, targets: &[targets::Target]) {
-    let mut checks: Vec<(String, bool)> = Vec::new();
-    let checked = |kind: Kind| {
-        matches!(
-            kind,
-            Kind::Raw
-                | Kind::RawAll
-                | Kind::RawSeq
-                | Kind::Ours
-                | Kind::Fenced
-                | Kind::Etcd
-                | Kind::ZooKeeper
-        )
-    };
-    let network = results.network.as_ref();
-    let series = results
-        .single
-        .iter()
-        .flatten()
-        .chain(network.into_iter().flat_map(|n| n.latency.iter()));
-    for s in series.chain(network.into_iter().flat_map(|n| n.healthy.iter().chain(&n.holed))) {
-        if checked(s.kind) {
-            let ok = s.cycles() > 0 && s.errors() == 0 && !s.capped();
-            checks.push((format!("{} at N={}", s.kind.label(), s.n), ok));
-        }
-    }
-    for rate in results.throughput.iter().flatten() {
-        if checked(rate.kind) {
-            let ok = rate.errors == 0 && rate.median().is_some_and(|r| r > 0.0);
-            checks.push((
-                format!("{} throughput N={} x{}", rate.kind.label(), rate.n, rate.tasks),
-                ok,
-            ));
-        }
-    }
-    for (setup, rounds) in results.handoff.iter().flatten() {
-        let ok = rounds.iter().all(|r| r.handoffs > 0 && !r.gaps.is_empty());
-        checks.push((format!("hand-off {}", setup.label()), ok));
-    }
-    checks.push(("targets evaluated".into(), !targets.is_empty()));
-    let failed: Vec<&String> = checks
-        .iter()
-        .filter(|(_, ok)| !ok)
-        .map(|(name, _)| name)
-        .collect();
-    for name in &failed {
-        eprintln!("smoke check failed: {name}");
-    }
-    println!(
-        "compare smoke: {} passed, {} failed",
-        checks.len() - failed.len(),
-        failed.len()
-    );
-    if !failed.is_empty() {
-        std::process::exit(1);
-    }
 }

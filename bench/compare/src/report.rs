@@ -3,6 +3,7 @@
 
 mod consensus;
 mod handoff;
+mod shards;
 mod throughput;
 
 use std::fmt::Write;
@@ -30,6 +31,9 @@ pub fn render(machine: &Machine, settings: &Settings, results: &Results) -> (Str
     }
     if let Some(handoff) = &results.handoff {
         handoff::table(&mut md, handoff, settings, &mut targets);
+    }
+    if let Some(configs) = &results.shards {
+        shards::tables(&mut md, configs, settings, machine.cpus);
     }
     targets::table(&mut md, &targets);
     (md, targets)

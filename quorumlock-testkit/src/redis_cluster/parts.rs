@@ -48,13 +48,17 @@ impl RedisCluster {
         for node in &mut cluster.nodes {
             node.spawn()?;
         }
-        let addresses: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let mut args = vec!["--cluster", "create"];
-        args.extend(addresses.iter().map(String::as_str));
-        let replicas_arg = replicas.to_string();
-        args.extend(["--cluster-replicas", &replicas_arg, "--cluster-yes"]);
-        if let Err(e) = redis_cli(&args) {
-            return Err(io::Error::other(format!("{e}\n{}", cluster.logs())));
+        if primaries < 3 {
+            cluster.form_by_hand(replicas)?;
+        } else {
+            let addresses: Vec<String> = cluster.ports().iter().map(|p| format!("127.0.0.1:{p}")).collect();
+            let mut args = vec!["--cluster", "create"];
+            args.extend(addresses.iter().map(String::as_str));
+            let replicas_arg = replicas.to_string();
+            args.extend(["--cluster-replicas", &replicas_arg, "--cluster-yes"]);
+            if let Err(e) = redis_cli(&args) {
+                return Err(io::Error::other(format!("{e}\n{}", cluster.logs())));
+            }
         }
         cluster.wait_healthy();
         cluster.order_nodes();
