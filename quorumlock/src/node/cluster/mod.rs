@@ -35,9 +35,8 @@
 
 mod slots;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use futures::future::{join_all, select_ok};
@@ -63,9 +62,8 @@ pub(crate) struct Cluster {
     seeds: Vec<ConnectionInfo>,
     /// Settings of the primaries' servers (batching off).
     settings: Settings,
-    map: RwLock<SlotMap>,
-    /// A server per primary address, made on first use.
-    servers: Mutex<HashMap<String, Arc<Server>>>,
+    /// The slot map and a server per primary it names.
+    routes: RwLock<Routes>,
     /// Set when a request failed in a way a failover or a migration
     /// explains: the next request refreshes the map first.
     stale: AtomicBool,
@@ -85,8 +83,7 @@ impl Cluster {
                 batching: false,
                 ..settings.clone()
             },
-            map: RwLock::default(),
-            servers: Mutex::default(),
+            routes: RwLock::default(),
             stale: AtomicBool::new(true),
             refreshed: tokio::sync::Mutex::new(None),
             next_pubsub: AtomicUsize::new(0),
@@ -101,8 +98,12 @@ impl Cluster {
         self.settings.connect_timeout
     }
 
-    fn read_map(&self) -> std::sync::RwLockReadGuard<'_, SlotMap> {
-        self.map.read().unwrap_or_else(|e| e.into_inner())
+    fn routes(&self) -> RwLockReadGuard<'_, Routes> {
+        self.routes.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn routes_mut(&self) -> RwLockWriteGuard<'_, Routes> {
+        self.routes.write().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The server of the primary that serves `key`'s slot (any primary for
@@ -111,38 +112,25 @@ impl Cluster {
         if self.stale.load(Ordering::Acquire) {
             self.refresh().await;
         }
-        let address = {
-            let map = self.read_map();
-            match key {
-                Some(key) => map.owner(keys::slot(key)).map(str::to_owned),
-                None => map.addresses().first().cloned(),
-            }
-        };
-        let Some(address) = address else {
-            self.stale.store(true, Ordering::Release);
-            return Err(RedisError::from((
-                redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
-                "no primary known for the slot",
-                format!("{}: slot {}", self.name, key.map_or(0, keys::slot)),
-            )));
-        };
-        Ok(self.server(&address))
+        let slot = key.map(keys::slot);
+        if let Some(server) = self.routes().server(slot) {
+            return Ok(server);
+        }
+        self.stale.store(true, Ordering::Release);
+        Err(RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
+            "no primary known for the slot",
+            format!("{}: slot {}", self.name, slot.unwrap_or_default()),
+        )))
     }
 
-    /// The server for the primary at `address`.
-    fn server(&self, address: &str) -> Arc<Server> {
-        let mut servers = self.servers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(server) = servers.get(address) {
-            return Arc::clone(server);
-        }
-        let client = self.client_for(address);
-        let server = Arc::new(Server::new(
-            Target::Fixed(client),
+    /// A new server for the primary at `address`.
+    fn new_server(&self, address: &str) -> Arc<Server> {
+        Arc::new(Server::new(
+            Target::Fixed(self.client_for(address)),
             format!("{} ({address})", self.name),
             &self.settings,
-        ));
-        servers.insert(address.to_owned(), Arc::clone(&server));
-        server
+        ))
     }
 
     /// A client for `address` with the seeds' credentials and transport.
@@ -180,9 +168,8 @@ impl Cluster {
             return;
         }
         *refreshed = Some(Instant::now());
-        let mut candidates: Vec<ConnectionInfo> = self
-            .read_map()
-            .addresses()
+        let known: Vec<String> = self.routes().map.addresses().to_vec();
+        let mut candidates: Vec<ConnectionInfo> = known
             .iter()
             .map(|address| self.client_for(address).get_connection_info().clone())
             .collect();
@@ -192,12 +179,19 @@ impl Cluster {
             .map(|info| Box::pin(ask_slots(info, self.connect_timeout())));
         match select_ok(asks).await {
             Ok((map, _)) => {
-                let addresses: Vec<String> = map.addresses().to_vec();
-                *self.map.write().unwrap_or_else(|e| e.into_inner()) = map;
-                self.servers
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .retain(|address, _| addresses.contains(address));
+                let mut routes = self.routes_mut();
+                // The servers of primaries it knew stay, with their
+                // connections; the others go with the old map.
+                let servers = map
+                    .addresses()
+                    .iter()
+                    .map(|address| {
+                        routes
+                            .server_at(address)
+                            .unwrap_or_else(|| self.new_server(address))
+                    })
+                    .collect();
+                *routes = Routes { map, servers };
                 self.stale.store(false, Ordering::Release);
             }
             Err(error) => {
@@ -213,10 +207,12 @@ impl Cluster {
     fn learn<T>(&self, result: RedisResult<T>) -> RedisResult<T> {
         if let Err(error) = &result {
             if let Some((slot, address)) = cluster::moved_to(error) {
-                self.map
-                    .write()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .set(slot, &address);
+                let mut routes = self.routes_mut();
+                if routes.server_at(&address).is_none() {
+                    let server = self.new_server(&address);
+                    routes.servers.push(server);
+                }
+                routes.map.set(slot, &address);
             }
             if cluster::refused_for_slot(error) || error.is_io_error() || error.is_connection_dropped() {
                 self.stale.store(true, Ordering::Release);
@@ -311,12 +307,7 @@ impl Cluster {
     }
 
     fn each_server<T>(&self, f: impl Fn(&Arc<Server>) -> T) -> Vec<T> {
-        self.servers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .map(f)
-            .collect()
+        self.routes().servers.iter().map(f).collect()
     }
 
     /// A client for a pub/sub connection: a primary's (each call the next
@@ -330,8 +321,8 @@ impl Cluster {
         }
         let turn = self.next_pubsub.fetch_add(1, Ordering::Relaxed);
         let address = {
-            let map = self.read_map();
-            let addresses = map.addresses();
+            let routes = self.routes();
+            let addresses = routes.map.addresses();
             (!addresses.is_empty()).then(|| addresses[turn % addresses.len()].clone())
         };
         match address {
@@ -345,7 +336,33 @@ impl Cluster {
     pub(crate) async fn shards(&self) -> Vec<(String, Vec<(u16, u16)>)> {
         self.stale.store(true, Ordering::Release);
         self.refresh().await;
-        self.read_map().ranges()
+        self.routes().map.ranges()
+    }
+}
+
+/// A member's slot map and a server per primary it names, in the order of
+/// [`SlotMap::addresses`]: a request finds its server with a read lock, an
+/// index and a reference count.
+#[derive(Default)]
+struct Routes {
+    map: SlotMap,
+    servers: Vec<Arc<Server>>,
+}
+
+impl Routes {
+    /// The server of `slot`'s primary, or of any primary for `None`.
+    fn server(&self, slot: Option<u16>) -> Option<Arc<Server>> {
+        let index = match slot {
+            Some(slot) => self.map.owner_index(slot)?,
+            None => 0,
+        };
+        self.servers.get(index).cloned()
+    }
+
+    /// The server of the primary at `address`, if the map names it.
+    fn server_at(&self, address: &str) -> Option<Arc<Server>> {
+        let index = self.map.addresses().iter().position(|known| known == address)?;
+        self.servers.get(index).cloned()
     }
 }
 

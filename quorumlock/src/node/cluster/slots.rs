@@ -44,9 +44,16 @@ impl SlotMap {
     }
 
     /// The primary that serves `slot`, if known.
+    #[cfg(test)]
     pub(crate) fn owner(&self, slot: u16) -> Option<&str> {
-        let index = *self.owners.get(usize::from(slot))?;
-        self.addresses.get(usize::from(index)).map(String::as_str)
+        self.addresses.get(self.owner_index(slot)?).map(String::as_str)
+    }
+
+    /// The index in [`SlotMap::addresses`] of the primary that serves
+    /// `slot`, if known.
+    pub(crate) fn owner_index(&self, slot: u16) -> Option<usize> {
+        let index = usize::from(*self.owners.get(usize::from(slot))?);
+        (index < self.addresses.len()).then_some(index)
     }
 
     /// Records that `address` serves `slot` (a `MOVED` refusal said so).
