@@ -31,9 +31,13 @@ impl RedisCluster {
         for i in self.primaries..ports.len() {
             let primary = (i - self.primaries) / replicas;
             let id = self.node_id(primary);
+            // Past the handshake: until then the node knows the primary's
+            // address under a made-up id, and REPLICATE of the real id fails.
             let known = poll(HEALTHY_TIMEOUT, || {
                 let view = self.view(i)?;
-                view.iter().any(|l| l.port == ports[primary]).then_some(())
+                view.iter()
+                    .any(|l| l.port == ports[primary] && l.has("master") && !l.has("handshake"))
+                    .then_some(())
             });
             if known.is_none() {
                 return Err(io::Error::other(format!(
