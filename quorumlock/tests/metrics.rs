@@ -77,7 +77,11 @@ async fn a_scrape_counts_what_the_locks_did() {
     let taken = waiting.await.expect("waiter").expect("handed over");
     assert!(taken.acquisition().attempts() >= 2, "{:?}", taken.acquisition());
     assert!(taken.acquisition().waited() > Duration::ZERO);
-    assert!((2..=3).contains(&taken.acquisition().confirmed()), "{:?}", taken.acquisition());
+    assert!(
+        (2..=3).contains(&taken.acquisition().confirmed()),
+        "{:?}",
+        taken.acquisition()
+    );
     let lock_attempts = taken.acquisition().attempts();
     // Held past a renewal (a third of the ttl), then released.
     tokio::time::sleep(ttl / 2).await;
