@@ -47,7 +47,9 @@ with more than --grace of validity left, else it is killed (exit {lost}).
 
 With --metrics-file PATH, quorumlock writes PATH when it ends (on any ending but
 SIGKILL), in the Prometheus text format, for node_exporter's textfile collector:
-  quorumlock_run_outcome{{outcome=\"...\"}} 1   one of: {outcomes}
+  quorumlock_run_outcome{{outcome=\"O\"}} 1    how it ended, O one of
+      {outcomes_1},
+      {outcomes_2}
   quorumlock_run_exit_code                 the status quorumlock exits with
   quorumlock_run_wait_seconds              from the lock call to its answer
   quorumlock_run_held_seconds              from taking the lock to giving it back
@@ -61,7 +63,8 @@ PATH, so that a scrape never reads half of it (the collector reads only *.prom):
       --metrics-file /var/lib/node_exporter/textfile/report.prom -- ./report
 A file that cannot be written is warned about; the exit status stays the run's.\n\n{statuses}",
         lost = Exit::Lost.code(),
-        outcomes = metrics_file::OUTCOMES.join(", "),
+        outcomes_1 = metrics_file::OUTCOMES[..5].join(", "),
+        outcomes_2 = metrics_file::OUTCOMES[5..].join(", "),
         statuses = exit::table(Some("run"))
     )
 }
