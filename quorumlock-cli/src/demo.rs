@@ -1,6 +1,10 @@
 //! `quorumlock demo`: contending workers over local nodes (started here) or
-//! given ones, a node crash and restart (local nodes only), a final table.
+//! given ones, a node crash and restart (local nodes only), a final table
+//! and a chart of every lock call (see [`chart`]).
 
+mod chart;
+
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -12,6 +16,7 @@ use tokio::time::Instant;
 use crate::exit::Exit;
 use crate::nodes::Resolved;
 use crate::{Nodes, fail};
+use chart::{Call, Outcome, Timeline};
 
 use quorumlock_testkit::server::{Persistence, RedisServer};
 
@@ -35,6 +40,10 @@ pub(crate) struct Args {
     /// Length of the run in seconds.
     #[arg(long, default_value_t = 6)]
     seconds: u64,
+    /// Where to write the closing chart (SVG): acquire latency, and acquisitions and losses
+    /// over time with the node's kill and restart.
+    #[arg(long, value_name = "PATH", default_value = "quorumlock-demo.svg")]
+    chart: PathBuf,
     /// Use these nodes instead of starting local ones (then none is killed).
     #[command(flatten)]
     nodes: Nodes,
@@ -116,7 +125,9 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         inside: (0..args.resources).map(|_| AtomicUsize::new(0)).collect(),
         overlaps: AtomicUsize::new(0),
     });
-    let end = Instant::now() + Duration::from_secs(args.seconds);
+    let length = Duration::from_secs(args.seconds);
+    let begun = Instant::now();
+    let end = begun + length;
     let mut counters = Vec::new();
     let mut tasks = Vec::new();
     for worker in 0..args.workers {
@@ -138,13 +149,30 @@ pub(crate) async fn run(args: Args) -> ExitCode {
             end,
         )));
     }
-    if let Err(code) = crash_and_restart(&args, &mut local, &counters, end).await {
-        return code;
-    }
+    let (killed, restarted) = match crash_and_restart(&args, &mut local, &counters, end).await {
+        Ok(instants) => instants,
+        Err(code) => return code,
+    };
+    let mut calls = Vec::new();
     for task in tasks {
-        let _ = task.await;
+        calls.extend(task.await.unwrap_or_default());
     }
-    report(&counters, arena.overlaps.load(Ordering::SeqCst))
+    let code = report(&counters, arena.overlaps.load(Ordering::SeqCst));
+    let timeline = Timeline {
+        begun,
+        length,
+        calls,
+        killed,
+        restarted,
+    };
+    match chart::draw(&args.chart, &timeline) {
+        Ok(()) => println!("chart: {}", args.chart.display()),
+        Err(e) => crate::say!(
+            "quorumlock: warning: cannot write the chart {}: {e}",
+            args.chart.display()
+        ),
+    }
+    code
 }
 
 /// Starts the local nodes when none were given; the servers (none for
@@ -181,27 +209,39 @@ fn local_or_given(args: &Args, nodes: &Resolved) -> Result<(Vec<RedisServer>, Ve
 }
 
 /// One worker until `end`: takes the resources in turn, works inside each,
-/// and counts what happened.
-async fn contend(worker: usize, redlock: Redlock, arena: Arc<Arena>, counters: Arc<Counters>, end: Instant) {
+/// and counts what happened; returns every lock call, for the chart.
+async fn contend(
+    worker: usize,
+    redlock: Redlock,
+    arena: Arc<Arena>,
+    counters: Arc<Counters>,
+    end: Instant,
+) -> Vec<Call> {
+    let mut calls = Vec::new();
     let mut round = worker;
     while Instant::now() < end {
         round += 1;
         let resource = round % arena.inside.len();
         // The work is dropped (stops at its next await) if the lock is lost
         // before it completes; with_lock then says so.
-        let work = async |_guard: &quorumlock::Guard| {
+        let work = async |guard: &quorumlock::Guard| {
             let _inside = Inside::enter(&arena, resource);
             tokio::time::sleep(WORK).await;
+            guard.acquisition().waited()
         };
         let outcome = redlock
             .with_lock(format!("demo:resource:{resource}"), TTL, work)
             .await;
-        let counter = match &outcome {
-            Ok(()) => &counters.acquired,
-            Err(Error::Held { .. }) => &counters.busy,
-            Err(Error::Lost { .. }) => &counters.lost,
-            Err(_) => &counters.errors,
+        let (counter, call) = match &outcome {
+            Ok(waited) => (&counters.acquired, Outcome::Acquired(*waited)),
+            Err(Error::Held { .. }) => (&counters.busy, Outcome::Busy),
+            Err(Error::Lost { .. }) => (&counters.lost, Outcome::Lost),
+            Err(_) => (&counters.errors, Outcome::Failed),
         };
+        calls.push(Call {
+            at: Instant::now(),
+            outcome: call,
+        });
         let seen = counter.fetch_add(1, Ordering::Relaxed);
         if let Err(e) = outcome
             && !matches!(e, Error::Held { .. })
@@ -210,22 +250,24 @@ async fn contend(worker: usize, redlock: Redlock, arena: Arc<Arena>, counters: A
             println!("  worker {worker}: {e}");
         }
     }
+    calls
 }
 
 /// Until `end`, prints the acquisitions every second and, with local nodes,
-/// kills the middle one a third of the way in and restarts it two thirds in.
-/// Ctrl-C ends the demo (the error is its exit status).
+/// kills the middle one a third of the way in and restarts it two thirds in;
+/// returns when it did each. Ctrl-C ends the demo (the error is its exit
+/// status).
 async fn crash_and_restart(
     args: &Args,
     local: &mut [RedisServer],
     counters: &[Arc<Counters>],
     end: Instant,
-) -> Result<(), ExitCode> {
+) -> Result<(Option<Instant>, Option<Instant>), ExitCode> {
     let victim = local.len() / 2;
     let length = Duration::from_secs(args.seconds);
     let (kill_at, restart_at) = (end - length * 2 / 3, end - length / 3);
     let mut ticker = tokio::time::interval(TICK);
-    let (mut killed, mut restarted) = (false, false);
+    let (mut killed, mut restarted) = (None, None);
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
@@ -235,14 +277,14 @@ async fn crash_and_restart(
             }
         }
         let now = Instant::now();
-        if !local.is_empty() && !killed && now >= kill_at {
+        if !local.is_empty() && killed.is_none() && now >= kill_at {
             local[victim].kill();
-            killed = true;
+            killed = Some(Instant::now());
             println!("  ! killed node {victim} (SIGKILL)");
         }
-        if killed && !restarted && now >= restart_at {
+        if killed.is_some() && restarted.is_none() && now >= restart_at {
             local[victim].restart();
-            restarted = true;
+            restarted = Some(Instant::now());
             println!("  ! restarted node {victim} on the same port (its AOF brought the keys back)");
         }
         let total: usize = counters.iter().map(|c| c.acquired.load(Ordering::Relaxed)).sum();
@@ -251,7 +293,7 @@ async fn crash_and_restart(
             args.seconds as f64 - end.saturating_duration_since(now).as_secs_f64()
         );
         if now >= end {
-            return Ok(());
+            return Ok((killed, restarted));
         }
     }
 }

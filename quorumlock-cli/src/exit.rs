@@ -126,7 +126,7 @@ impl Exit {
     }
 
     /// Whether `command` can exit with it.
-    fn applies_to(self, command: &str) -> bool {
+    pub(crate) fn applies_to(self, command: &str) -> bool {
         self.commands().is_empty() || self.commands().contains(&command)
     }
 

@@ -41,6 +41,9 @@
 //! validity may have passed. The guardian enforces the same while
 //! quorumlock is stopped.
 
+mod help;
+mod metrics_file;
+
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitCode, ExitStatus};
@@ -56,6 +59,7 @@ use crate::start;
 use crate::supervise::{self, Ending, Job, Signals, Termination};
 use crate::sys;
 use crate::{Nodes, fail};
+use metrics_file::Timeline;
 
 /// The grace period when `--grace` is not given (and the ttl allows it):
 /// long enough for a command to flush and close what it has open, short
@@ -63,54 +67,9 @@ use crate::{Nodes, fail};
 /// With a ttl under 20 s, half the ttl is used instead.
 const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
-/// `run --help`'s closing text: examples, what the command gets, the
-/// guarantees, the exit statuses.
-fn run_help() -> String {
-    format!(
-        "\
-Examples:
-  # crontab: the nightly archive runs on one machine of the fleet; the others skip it
-  0 3 * * * quorumlock run --key archive:nightly --wait 2s -- /usr/local/bin/archive
-  # wait up to 2 minutes for a busy lock, renew a 1-minute ttl while the job runs
-  quorumlock run --key reindex --ttl 1m --wait 2m --nodes redis://a:6379,redis://b:6379,redis://c:6379 -- ./reindex.sh
-  # crontab: once per hour on the whole fleet, even when the job takes a second and
-  # the machines' clocks differ: the lock stays taken for 10 minutes, longer than
-  # the others wait for it, so they give up instead of running it again
-  0 * * * * quorumlock run --key sync:hourly --wait 30s --min-hold 10m -- /usr/local/bin/sync
-  # pass the fencing token on, for the job's writes to refuse a stale holder
-  quorumlock run --key ledger --fenced -- ./post-ledger.sh   # reads $QUORUMLOCK_FENCE_TOKEN
-
-The command gets QUORUMLOCK_KEY (the key) and QUORUMLOCK_LOCK_TOKEN (the lock's
-random token, the keys' value) in its environment, and with --fenced also
-QUORUMLOCK_FENCE_TOKEN: a number larger than every earlier holder's, to check
-in the job's writes (e.g. SQL `UPDATE ... WHERE fence < :token`).
-
-The command runs in its own process group and should not read from the terminal.
-It does not inherit QUORUMLOCK_NODES (nor any other variable of quorumlock's that
-may hold a password). It runs as your user, though, and can read what you can:
-a nodes file, quorumlock's own environment (/proc/PID/environ).
-No process of that group runs without the lock:
-  - the command starts only while the lock has more than --grace (and one
-    renewal round) of validity left; if quorumlock was held up since taking the
-    lock, the command does not run (exit {lost});
-  - when the lock is lost, or less than --grace of validity is left unconfirmed,
-    the group gets SIGTERM, then SIGKILL after --grace (exit {lost});
-  - a guardian process kills the group if quorumlock dies (even by SIGKILL) or
-    is stopped past the lock's validity;
-  - processes left in the group after the command exits (a `&` job) get SIGTERM,
-    then SIGKILL after --grace; the lock is released once the group is empty.
-Signals INT, TERM, HUP, QUIT are forwarded to the group, with SIGKILL after
---grace; the command's status is returned. Ctrl-Z stops the group and
-quorumlock; on continuing, the group resumes only if the lock is still held
-with more than --grace of validity left, else it is killed (exit {lost}).\n\n{statuses}",
-        lost = Exit::Lost.code(),
-        statuses = exit::table(Some("run"))
-    )
-}
-
 /// Options of `quorumlock run`.
 #[derive(clap::Args, Debug)]
-#[command(after_help = run_help())]
+#[command(after_help = help::run_help())]
 pub(crate) struct Args {
     /// The lock's resource name (the Redis key on every node).
     #[arg(long, value_name = "KEY")]
@@ -146,6 +105,8 @@ pub(crate) struct Args {
     verbose: bool,
     #[command(flatten)]
     nodes: Nodes,
+    #[command(flatten)]
+    metrics: metrics_file::MetricsArgs,
     /// The command to run and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     command: Vec<OsString>,
@@ -181,6 +142,11 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Ok(timing) => timing,
         Err(message) => return fail(Exit::Usage, message),
     };
+    // Before the client exists, so that the file has all the library counts.
+    let metrics = match args.metrics.install() {
+        Ok(metrics) => metrics,
+        Err(code) => return code,
+    };
     let mut options = LockOptions::new().wait(args.wait).fenced(args.fenced);
     if args.wait.is_zero() {
         options = options.max_attempts(1);
@@ -198,8 +164,13 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         Ok(Err(e)) => return fail(Exit::Usage, e),
         Err(message) => return fail(Exit::Usage, message),
     };
-    let code = hold(&args, &redlock, (ttl, grace), session_bound).await;
-    finish(&redlock, code).await
+    let mut timeline = Timeline::new();
+    let code = hold(&args, &redlock, (ttl, grace), session_bound, &mut timeline).await;
+    let code = finish(&redlock, code).await;
+    if let Some(metrics) = metrics {
+        metrics.write(&timeline, code);
+    }
+    code
 }
 
 /// The one way out of `run` once the client exists, so that nothing the
@@ -271,6 +242,7 @@ async fn hold(
     redlock: &Redlock,
     (ttl, grace): (Duration, Duration),
     session_bound: bool,
+    timeline: &mut Timeline,
 ) -> ExitCode {
     // Catch signals from now on: an interrupted wait must not leave the
     // process killed mid-request, and a running command gets them forwarded.
@@ -278,7 +250,9 @@ async fn hold(
         Ok(signals) => signals,
         Err(e) => return fail(Exit::Internal, format!("cannot install signal handlers: {e}")),
     };
-    let guard = match acquire(args, redlock, ttl, &mut signals).await {
+    let acquired = acquire(args, redlock, ttl, &mut signals).await;
+    timeline.answered(acquired.is_ok());
+    let guard = match acquired {
         Ok(guard) => guard,
         Err(code) => return code,
     };
@@ -293,13 +267,12 @@ async fn hold(
     {
         Ok(started) => started,
         Err(code) => {
-            // The command never ran: give back what is left of the lock.
-            if guard.is_held() {
-                let _ = guard.release().await;
-            }
+            // The command never ran.
+            give_back(guard, timeline).await;
             return code;
         }
     };
+    timeline.started();
     reaper.watch(child.id());
     let Ending { status, termination } = Job {
         group: child.id(),
@@ -313,6 +286,7 @@ async fn hold(
     }
     .supervise()
     .await;
+    timeline.ended();
     // The group is empty: nothing is left for the guardian to kill.
     start::stand_down(&mut guardian, &mut reaper).await;
     // A guardian that killed the group may be reaped only after it.
@@ -322,10 +296,7 @@ async fn hold(
             .then(|| supervise::guardian_ended(status))
     });
     if let Some(Termination { status: code, reason }) = termination {
-        // Give back what is left of the lock (nothing, if it was lost).
-        if guard.is_held() {
-            let _ = guard.release().await;
-        }
+        give_back(guard, timeline).await;
         return fail(
             code,
             format!(
@@ -340,7 +311,8 @@ async fn hold(
             args.key
         );
     }
-    release(args, guard, ttl).await;
+    release(args, guard, ttl, timeline).await;
+    timeline.passed_on();
     ExitCode::from(code_of(status))
 }
 
@@ -381,8 +353,20 @@ async fn acquire(
     }
 }
 
-async fn release(args: &Args, guard: Guard, ttl: Duration) {
-    match guard.release().await {
+/// Gives back what is left of the lock (nothing, if it was lost) when the
+/// command did not run or was terminated.
+async fn give_back(guard: Guard, timeline: &mut Timeline) {
+    if guard.is_held() {
+        let _ = guard.release().await;
+    }
+    timeline.released();
+}
+
+/// Releases the lock once the command has ended, and says how with `-v`.
+async fn release(args: &Args, guard: Guard, ttl: Duration, timeline: &mut Timeline) {
+    let released = guard.release().await;
+    timeline.released();
+    match released {
         Ok(report) if args.verbose => match report.kept_until {
             Some(until) => crate::say!(
                 "quorumlock: kept {:?} on {} of {} nodes until its minimum hold passes, in {}",

@@ -8,6 +8,11 @@
 //! document to both at once, and checks that exactly one processes it; once
 //! it is done, the document can be processed again.
 //!
+//! Each instance serves `GET /metrics` in the Prometheus text format: the
+//! library's metrics (docs/operations.md, Monitoring) through
+//! `metrics-exporter-prometheus`. The demo scrapes it at the end and checks
+//! the lock calls it counts against the answers the service gave.
+//!
 //! ```sh
 //! cargo run --example document_worker            # QUORUMLOCK_NODES=... to use your nodes
 //! cargo run --example document_worker -- --short # what CI runs
@@ -20,7 +25,8 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{get, post};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use quorumlock::Redlock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -34,6 +40,8 @@ const TTL: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 struct App {
     redlock: Redlock,
+    /// The process's one metrics recorder, rendered at `/metrics`.
+    metrics: PrometheusHandle,
     processed: Arc<AtomicUsize>,
     work: Duration,
 }
@@ -62,18 +70,30 @@ async fn process(State(app): State<App>, Path(id): Path<String>) -> (StatusCode,
     }
 }
 
+/// `GET /metrics`: everything recorded so far, for a Prometheus scrape.
+async fn metrics(State(app): State<App>) -> String {
+    app.metrics.render()
+}
+
 /// Starts one instance of the service on a free port; returns its address.
-async fn instance(nodes: &[String], processed: Arc<AtomicUsize>, work: Duration) -> std::net::SocketAddr {
+async fn instance(
+    nodes: &[String],
+    metrics_handle: &PrometheusHandle,
+    processed: Arc<AtomicUsize>,
+    work: Duration,
+) -> std::net::SocketAddr {
     let app = App {
         redlock: Redlock::builder()
             .nodes(nodes.iter().cloned())
             .build()
             .expect("node URLs"),
+        metrics: metrics_handle.clone(),
         processed,
         work,
     };
     let router = Router::new()
         .route("/documents/{id}/process", post(process))
+        .route("/metrics", get(metrics))
         .with_state(app);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let address = listener.local_addr().expect("address");
@@ -81,20 +101,34 @@ async fn instance(nodes: &[String], processed: Arc<AtomicUsize>, work: Duration)
     address
 }
 
-/// `POST /documents/{id}/process` with a bare HTTP/1.1 request; the status code.
-async fn post_process(address: std::net::SocketAddr, id: &str) -> u16 {
+/// `method path` as a bare HTTP/1.1 request; the whole response.
+async fn request(address: std::net::SocketAddr, method: &str, path: &str) -> String {
     let mut stream = TcpStream::connect(address).await.expect("connect");
-    let request = format!(
-        "POST /documents/{id}/process HTTP/1.1\r\nHost: worker\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
+    let request =
+        format!("{method} {path} HTTP/1.1\r\nHost: worker\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).await.expect("receive");
     response
+}
+
+/// `POST /documents/{id}/process`; the status code.
+async fn post_process(address: std::net::SocketAddr, id: &str) -> u16 {
+    request(address, "POST", &format!("/documents/{id}/process"))
+        .await
         .split(' ')
         .nth(1)
         .and_then(|code| code.parse().ok())
         .expect("status line")
+}
+
+/// The value of the sample `series` (name and labels, as rendered) in a
+/// scrape; 0 when absent.
+fn sample(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -113,9 +147,12 @@ async fn main() {
             local.iter().map(server::RedisServer::url).collect()
         }
     };
+    let metrics_handle = PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the process's one recorder");
     let processed = Arc::new(AtomicUsize::new(0));
-    let a = instance(&nodes, Arc::clone(&processed), work).await;
-    let b = instance(&nodes, Arc::clone(&processed), work).await;
+    let a = instance(&nodes, &metrics_handle, Arc::clone(&processed), work).await;
+    let b = instance(&nodes, &metrics_handle, Arc::clone(&processed), work).await;
     let id = format!("pdf-{}", std::process::id());
 
     // The double click: the same document reaches both instances at once.
@@ -145,4 +182,17 @@ async fn main() {
         "one worker per document: ok (processed {} time(s))",
         processed.load(Ordering::SeqCst)
     );
+
+    // The scrape counts what the service answered: 202 twice, 423 twice.
+    let scrape = request(a, "GET", "/metrics").await;
+    let acquired = sample(
+        &scrape,
+        r#"quorumlock_acquisitions_total{call="try_lock",outcome="acquired"}"#,
+    );
+    let busy = sample(
+        &scrape,
+        r#"quorumlock_acquisitions_total{call="try_lock",outcome="busy"}"#,
+    );
+    assert_eq!((acquired, busy), (2.0, 2.0), "/metrics:\n{scrape}");
+    println!("/metrics: {acquired} acquired, {busy} busy: ok");
 }

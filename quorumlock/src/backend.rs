@@ -19,6 +19,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
 use crate::config::Timing;
 use crate::error::{Error, Result, Setting};
 #[cfg(feature = "etcd")]
@@ -29,6 +33,7 @@ use crate::lock::kind::Kind;
 use crate::lock::resources::Resources;
 use crate::lock::shared::Shared;
 use crate::lock::waiter;
+use crate::metrics::{self, Call};
 use crate::options::LockOptions;
 #[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
 use crate::redact::redact_url;
@@ -53,38 +58,56 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// One attempt; [`Error::Held`] when another owner holds the lock.
+    /// Records the call's outcome and duration ([`metrics::lock_call`]).
     pub(crate) async fn try_lock(
         &self,
         options: &LockOptions,
         resources: &Resources,
         ttl: Duration,
     ) -> Result<Guard> {
-        match self {
-            Backend::Redis(shared) => {
-                let kind = Kind::new(options.fenced, None);
-                attempt(shared, options, resources, ttl, kind).await
+        let started = Instant::now();
+        let span = acquire_span(Call::TryLock, resources);
+        let result = async {
+            match self {
+                Backend::Redis(shared) => {
+                    let kind = Kind::new(options.fenced, None);
+                    let result = attempt(shared, options, resources, ttl, kind).await;
+                    metrics::attempt(started.elapsed(), &result);
+                    result.map(|guard| guard.with_attempts(1))
+                }
+                #[cfg(feature = "etcd")]
+                Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, false).await,
+                #[cfg(feature = "zookeeper")]
+                Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, false).await,
             }
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, false).await,
-            #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, false).await,
         }
+        .instrument(span.clone())
+        .await;
+        finish(Call::TryLock, started, &span, result)
     }
 
-    /// Takes the lock, waiting as [`LockOptions::wait`] allows.
+    /// Takes the lock, waiting as [`LockOptions::wait`] allows. Records the
+    /// call's outcome and duration ([`metrics::lock_call`]).
     pub(crate) async fn lock(
         &self,
         options: &LockOptions,
         resources: &Resources,
         ttl: Duration,
     ) -> Result<Guard> {
-        match self {
-            Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
-            #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, true).await,
+        let started = Instant::now();
+        let span = acquire_span(Call::Lock, resources);
+        let result = async {
+            match self {
+                Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
+                #[cfg(feature = "etcd")]
+                Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
+                #[cfg(feature = "zookeeper")]
+                Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, true).await,
+            }
         }
+        .instrument(span.clone())
+        .await;
+        finish(Call::Lock, started, &span, result)
     }
 
     /// Independent members the lock is taken on: Redis nodes, or 1 for an
@@ -155,13 +178,41 @@ async fn zookeeper_guard(
     ttl: Duration,
     waiting: bool,
 ) -> Result<Guard> {
-    let taken = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
-    Ok(Guard::zookeeper(
-        store,
-        taken,
-        options.auto_renew,
-        options.min_validity,
-    ))
+    let (taken, attempts) = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
+    let guard = Guard::zookeeper(store, taken, options.auto_renew, options.min_validity);
+    Ok(guard.with_attempts(attempts))
+}
+
+/// The span of a lock call: `quorumlock.acquire`, with the call and the
+/// resources; each attempt records the nodes that confirmed, refused and
+/// failed (on Redis), and the call its outcome, attempts, wait and validity.
+fn acquire_span(call: Call, resources: &Resources) -> Span {
+    tracing::debug_span!(
+        "quorumlock.acquire",
+        call = call.label(),
+        resources = ?resources.names(),
+        ok = Empty,
+        refused = Empty,
+        failed = Empty,
+        outcome = Empty,
+        attempts = Empty,
+        waited_ms = Empty,
+        validity_ms = Empty,
+    )
+}
+
+/// Records a lock call that began at `started` (in `span` and the
+/// metrics), and gives its guard the time it waited.
+fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> Result<Guard> {
+    let waited = started.elapsed();
+    metrics::lock_call(call, waited, &result);
+    span.record("outcome", metrics::outcome(&result));
+    span.record("waited_ms", waited.as_millis() as u64);
+    let guard = result?.with_waited(waited);
+    span.record("attempts", guard.acquisition().attempts());
+    let validity = guard.valid_until().saturating_duration_since(Instant::now());
+    span.record("validity_ms", validity.as_millis() as u64);
+    Ok(guard)
 }
 
 /// A guard on etcd: the lock taken once, or `waiting` in line.
@@ -173,13 +224,9 @@ async fn etcd_guard(
     ttl: Duration,
     waiting: bool,
 ) -> Result<Guard> {
-    let taken = etcd::acquire(store, options, resources, ttl, waiting).await?;
-    Ok(Guard::etcd(
-        store,
-        taken,
-        options.auto_renew,
-        options.min_validity,
-    ))
+    let (taken, attempts) = etcd::acquire(store, options, resources, ttl, waiting).await?;
+    let guard = Guard::etcd(store, taken, options.auto_renew, options.min_validity);
+    Ok(guard.with_attempts(attempts))
 }
 
 /// The store other than Redis that the node URLs name: a cluster's one URL

@@ -12,6 +12,7 @@
 mod config;
 mod duration;
 mod error;
+mod metrics;
 mod options;
 mod random;
 mod redact;
@@ -68,6 +69,7 @@ pub use idempotency::Idempotency;
 pub use inspect::{
     DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
 };
+pub use lock::acquisition::Acquisition;
 pub use lock::fence::{Fenced, FencedWrite};
 pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::resources::{MAX_RESOURCES, Resources};

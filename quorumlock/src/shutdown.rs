@@ -12,6 +12,7 @@ use crate::client::Redlock;
 use crate::lock::release::give_back;
 use crate::lock::resources::Resources;
 use crate::lock::shared::Shared;
+use crate::metrics::Loss;
 use crate::quorum::{self, Until};
 use crate::tasks::BackgroundWork;
 
@@ -146,7 +147,7 @@ async fn release_every_lock(shared: &Shared, deadline: Instant) -> Released {
     shared.handoff.leave_all(quorum, deadline).await;
     let held = shared.holders.take_all();
     let releases = held.into_iter().filter_map(|held| {
-        held.mark_lost();
+        held.mark_lost(Loss::Shutdown);
         held.claim_release().then_some(async move {
             // As `Guard::release`: inside its minimum hold a lock's keys
             // are kept until it passes, never deleted early.

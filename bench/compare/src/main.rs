@@ -157,9 +157,12 @@ struct Args {
     nodes: usize,
     tasks: usize,
     secs: f64,
+    /// `--recorder`: a Prometheus recorder takes the library's metrics, to
+    /// measure what recording costs against the no-op recorder.
+    recorder: bool,
 }
 
-const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g]
+const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g] [--recorder]
        quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd|zookeeper \
                           [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
@@ -167,6 +170,7 @@ fn args() -> Args {
     let mut args = std::env::args().skip(1);
     let (mut smoke, mut out, mut only) = (false, None, "abcdefg".to_owned());
     let (mut profile, mut nodes, mut tasks, mut secs) = (None, 5, 64, 10.0);
+    let mut recorder = false;
     let usage = || -> ! {
         eprintln!("{USAGE}");
         std::process::exit(2)
@@ -175,6 +179,7 @@ fn args() -> Args {
         let mut value = || args.next().unwrap_or_else(|| usage());
         match arg.as_str() {
             "--smoke" => smoke = true,
+            "--recorder" => recorder = true,
             "--out" => out = Some(PathBuf::from(value())),
             "--only" => only = value(),
             "--loop" => profile = Some(Kind::parse(&value()).unwrap_or_else(|| usage())),
@@ -202,6 +207,7 @@ fn args() -> Args {
         nodes,
         tasks,
         secs,
+        recorder,
     }
 }
 
@@ -267,6 +273,13 @@ fn profile_loop(kind: Kind, args: &Args) {
 
 fn main() {
     let args = args();
+    // Kept for the whole run: the recorder lives as long as its handle's
+    // registry, and its figures are not read (only their cost counts).
+    let _recorder = args.recorder.then(|| {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .expect("the process's one recorder")
+    });
     if let Some(kind) = args.profile {
         return profile_loop(kind, &args);
     }

@@ -7,6 +7,7 @@ use super::Store;
 use super::lease::{Keys, relocate};
 use crate::error::{Error, Result};
 use crate::lock::state::Held;
+use crate::metrics::Loss;
 
 /// What a guard of an etcd lock holds besides the lock's state.
 #[derive(Debug)]
@@ -56,7 +57,7 @@ impl Hold {
         let (sent, granted) = match relocate(store, &self.keys, seconds, held.ttl()).await {
             Ok(relocated) => relocated,
             Err(error @ Error::Lost { .. }) => {
-                held.mark_lost();
+                held.mark_lost(Loss::Taken);
                 return Err(error);
             }
             Err(error) => return Err(error),

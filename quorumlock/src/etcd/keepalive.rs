@@ -28,6 +28,7 @@ use crate::config::{ETCD_RENEW_RETRY, WATCHDOG_LINGER};
 use crate::error::{NodeErrorKind, Result};
 use crate::lock::registry::Registry;
 use crate::lock::state::Held;
+use crate::metrics::Loss;
 use crate::tasks::BackgroundWork;
 
 /// The registry of renewed etcd locks and the handle on the task.
@@ -178,6 +179,7 @@ async fn renew(store: &Arc<Store>, id: u64, entry: Arc<Entry>) {
                     store,
                     id,
                     &entry,
+                    Loss::ValidityRanOut,
                     "the validity ran out before the keep-alive was answered",
                 );
             }
@@ -186,6 +188,7 @@ async fn renew(store: &Arc<Store>, id: u64, entry: Arc<Entry>) {
             store,
             id,
             &entry,
+            Loss::Taken,
             "the lease expired or a key of the lock is gone",
         ),
         Err(error) if Instant::now() >= held.valid_until() => {
@@ -194,6 +197,7 @@ async fn renew(store: &Arc<Store>, id: u64, entry: Arc<Entry>) {
                 store,
                 id,
                 &entry,
+                Loss::ValidityRanOut,
                 "no keep-alive was answered within the validity",
             );
         }
@@ -238,9 +242,9 @@ async fn round(store: &Store, entry: &Entry, lease: i64) -> Result<Option<(Insta
 }
 
 /// The lock is lost: fires the signal, stops renewing it, gives it back.
-fn lose(store: &Arc<Store>, id: u64, entry: &Entry, why: &str) {
+fn lose(store: &Arc<Store>, id: u64, entry: &Entry, cause: Loss, why: &str) {
     store.keepalive.unregister(id);
-    if entry.held.mark_lost() {
+    if entry.held.mark_lost(cause) {
         tracing::warn!(resources = ?entry.held.resources.names(), why, "etcd lock lost");
     }
     if entry.held.claim_release() {

@@ -51,6 +51,7 @@ use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;
 use crate::lock::resources::Resources;
 use crate::lock::state::Held;
+use crate::metrics::Loss;
 use crate::quorum::Lease;
 use crate::tasks::{BackgroundWork, Tasks};
 
@@ -191,7 +192,7 @@ impl Store {
         self.tasks.closing().cancel();
         let held = self.holders().take_all();
         let releases = held.into_iter().filter_map(|(held, keys)| {
-            held.mark_lost();
+            held.mark_lost(Loss::Shutdown);
             held.claim_release().then_some(async move {
                 let given = tokio::time::timeout_at(deadline, give_back(self, &held, &keys)).await;
                 (held.resources.clone(), matches!(given, Ok(Ok(_))))

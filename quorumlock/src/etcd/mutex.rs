@@ -31,7 +31,7 @@ pub(crate) async fn acquire(
     resources: &Resources,
     ttl: Duration,
     waiting: bool,
-) -> Result<(Held, Keys)> {
+) -> Result<((Held, Keys), u32)> {
     let ttl = store.check_ttl(ttl, options.min_validity)?;
     in_line::take(
         options,

@@ -58,6 +58,10 @@ pub(crate) async fn attempt(
         armed: true,
     };
     let mut round = attempt.acquire_everywhere().await;
+    let span = tracing::Span::current();
+    span.record("ok", round.tally.ok);
+    span.record("refused", round.tally.refused);
+    span.record("failed", round.tally.errors.len());
     // After the requests are on their way: keeps the nodes' clock rates
     // known (see `Quorum::life`) without delaying this attempt.
     shared.quorum.read_clocks(&round.tally);

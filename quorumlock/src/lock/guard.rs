@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::acquisition::Acquisition;
 pub use super::release::ReleaseReport;
 use super::release::{give_back, release_in_background};
 use super::shared::Shared;
@@ -15,6 +16,7 @@ use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
 #[cfg(feature = "etcd")]
 use crate::etcd;
+use crate::metrics::{self, HoldEnd};
 use crate::quorum::Until;
 use crate::wire::lock::Extend;
 #[cfg(feature = "zookeeper")]
@@ -63,6 +65,7 @@ pub struct Guard {
     min_validity: Duration,
     /// `release` completed: nothing is left for the drop to do.
     released: bool,
+    acquisition: Acquisition,
 }
 
 /// Where a guard's lock lives: the backend half of the guard.
@@ -100,6 +103,7 @@ impl Guard {
         let holder = shared.holders.insert(&held);
         let renewal = renew.then(|| watchdog::register(&shared.watchdog, &held));
         Guard {
+            acquisition: Acquisition::first(&held),
             held,
             store: Store::Redis {
                 shared: Arc::clone(shared),
@@ -123,6 +127,7 @@ impl Guard {
         let held = Arc::new(held);
         let hold = etcd::Hold::new(store, &held, keys, renew);
         Guard {
+            acquisition: Acquisition::first(&held),
             held,
             store: Store::Etcd(hold),
             min_validity,
@@ -142,11 +147,27 @@ impl Guard {
         let held = Arc::new(held);
         let hold = zookeeper::Hold::new(store, &held, nodes, renew);
         Guard {
+            acquisition: Acquisition::first(&held),
             held,
             store: Store::ZooKeeper(hold),
             min_validity,
             released: false,
         }
+    }
+
+    /// How the lock was taken: nodes that confirmed, time waited, attempts.
+    pub fn acquisition(&self) -> Acquisition {
+        self.acquisition
+    }
+
+    pub(crate) fn with_waited(mut self, waited: Duration) -> Guard {
+        self.acquisition.waited = waited;
+        self
+    }
+
+    pub(crate) fn with_attempts(mut self, attempts: u32) -> Guard {
+        self.acquisition.attempts = attempts;
+        self
     }
 
     /// The locked resource names.
@@ -388,6 +409,7 @@ impl Guard {
                 .map(|()| ReleaseReport::one_member(true, None)),
         };
         self.released = true;
+        metrics::hold(self.held.acquired_at().elapsed(), HoldEnd::Released);
         tracing::debug!(resources = ?self.resources(), ?report, "lock released");
         report
     }
@@ -419,8 +441,9 @@ impl Guard {
         }
     }
 
-    /// Nodes that confirmed our token in the last round.
-    pub(crate) fn last_confirmed(&self) -> usize {
+    /// Nodes that confirmed our token in the last round: the acquisition,
+    /// or the last renewal confirmed since (1 on etcd or ZooKeeper).
+    pub fn last_confirmed(&self) -> usize {
         self.held.confirmed()
     }
 
@@ -451,6 +474,7 @@ impl Drop for Guard {
         if self.released || !self.held.claim_release() {
             return;
         }
+        metrics::hold(self.held.acquired_at().elapsed(), HoldEnd::Released);
         // Never block in Drop.
         match &self.store {
             Store::Redis { shared, .. } => release_in_background(&shared.quorum, &self.held),

@@ -6,6 +6,7 @@ use std::future::Future;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::metrics;
 use crate::options::LockOptions;
 use crate::quorum;
 use crate::random;
@@ -16,6 +17,9 @@ use crate::random;
 /// used up) is tried again after the retry delay while the wait and the
 /// attempt budget last. `is_closed` ends it with [`Error::Closed`].
 ///
+/// Returns what `attempt` took and how many attempts that made; records
+/// each attempt's duration and outcome ([`metrics::attempt`]).
+///
 /// A waiter whose place vanished ([`Error::Lost`]: the store expired its
 /// lease or session, a long failover) that may not try again gets
 /// `lost_in_line`'s error instead, which says why it gave up.
@@ -25,7 +29,7 @@ pub(crate) async fn take<T, F, Fut>(
     is_closed: impl Fn() -> bool,
     mut attempt: F,
     lost_in_line: impl Fn() -> Error,
-) -> Result<T>
+) -> Result<(T, u32)>
 where
     F: FnMut(Option<Instant>) -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -37,8 +41,11 @@ where
             return Err(Error::Closed);
         }
         attempts += 1;
-        let error = match attempt(deadline).await {
-            Ok(taken) => return Ok(taken),
+        let started = Instant::now();
+        let result = attempt(deadline).await;
+        metrics::attempt(started.elapsed(), &result);
+        let error = match result {
+            Ok(taken) => return Ok((taken, attempts)),
             Err(error) => error,
         };
         let retry_at = Instant::now() + random::jitter(options.retry_delay);

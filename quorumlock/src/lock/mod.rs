@@ -5,7 +5,8 @@
 //! - [`attempt`]: one acquisition (acquire on every node, then finish or
 //!   undo), and [`waiter`]: the attempts of a caller that waits, with the
 //!   hand-off queues;
-//! - [`guard`]: the holder's handle; [`watchdog`]: the renewal of every held
+//! - [`guard`]: the holder's handle, with how it was taken
+//!   ([`acquisition`]); [`watchdog`]: the renewal of every held
 //!   lock; [`release`]: giving a lock back; [`fence`]: fencing tokens;
 //! - [`kind`]: what an attempt does besides taking the keys (fenced,
 //!   queued), chosen once;
@@ -17,6 +18,7 @@
 //! It speaks to the nodes only through the quorum layer, with requests of
 //! the wire layer.
 
+pub(crate) mod acquisition;
 pub(crate) mod attempt;
 pub(crate) mod fence;
 pub(crate) mod guard;

@@ -8,6 +8,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::state::Held;
+use tracing::Instrument;
+use tracing::field::Empty;
+
 use crate::error::Result;
 use crate::quorum::{Quorum, Tally, Until};
 use crate::tasks::BackgroundWork;
@@ -145,13 +148,28 @@ pub(crate) struct GivenBack {
 /// [`keep_held`]). Answers are awaited until `by`, or else the node timeout
 /// from the point where no renewal can follow any more.
 pub(crate) async fn give_back(quorum: &Quorum, held: &Held, by: Option<Instant>, until: Until) -> GivenBack {
-    if held.keep_until(Instant::now()).is_some() {
-        return keep_held(quorum, held, by, until).await;
+    let span = tracing::debug_span!(
+        "quorumlock.release",
+        resources = ?held.resources.names(),
+        ok = Empty,
+        failed = Empty,
+        kept = Empty,
+    );
+    let given = async {
+        if held.keep_until(Instant::now()).is_some() {
+            return keep_held(quorum, held, by, until).await;
+        }
+        GivenBack {
+            tally: release_held(quorum, held, by, until).await,
+            kept_until: None,
+        }
     }
-    GivenBack {
-        tally: release_held(quorum, held, by, until).await,
-        kept_until: None,
-    }
+    .instrument(span.clone())
+    .await;
+    span.record("ok", given.tally.ok);
+    span.record("failed", given.tally.errors.len());
+    span.record("kept", given.kept_until.is_some());
+    given
 }
 
 /// Keeps the keys of `held` until its minimum hold has passed: once no

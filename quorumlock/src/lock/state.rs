@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::registry::Registry;
 use super::resources::Resources;
 use crate::config::RENEW_DIVISOR;
+use crate::metrics::{self, Loss};
 use crate::options::LockOptions;
 use crate::quorum::Lease;
 use crate::wire::lock::Release;
@@ -156,7 +157,7 @@ impl Held {
                 () = shortened => {}
                 () = tokio::time::sleep_until(until) => {
                     if self.valid_until() <= Instant::now() {
-                        self.mark_lost();
+                        self.mark_lost(Loss::ValidityRanOut);
                         return;
                     }
                 }
@@ -164,10 +165,14 @@ impl Held {
         }
     }
 
-    /// Fires the loss signal; `true` only for the call that fired it.
-    pub(crate) fn mark_lost(&self) -> bool {
+    /// Fires the loss signal, and records the loss and its `cause`; `true`
+    /// only for the call that fired it.
+    pub(crate) fn mark_lost(&self, cause: Loss) -> bool {
         let first = !self.lost.is_cancelled();
         self.lost.cancel();
+        if first {
+            metrics::loss(cause, self.acquired_at().elapsed());
+        }
         first
     }
 
@@ -369,8 +374,8 @@ mod tests {
     async fn a_lost_lock_is_never_confirmed_again() {
         let held = held(Duration::from_secs(10), &LockOptions::default());
         assert!(held.is_held());
-        assert!(held.mark_lost());
-        assert!(!held.mark_lost(), "the signal fires once");
+        assert!(held.mark_lost(Loss::Taken));
+        assert!(!held.mark_lost(Loss::Taken), "the signal fires once");
         let now = Instant::now();
         let ttl = Duration::from_secs(10);
         assert!(!held.confirm(&lease(now, ttl, ttl), 3));

@@ -23,7 +23,11 @@ use tokio_util::sync::CancellationToken;
 use super::registry::Registry;
 use super::release::release_in_background;
 use super::state::Held;
+use tracing::Instrument;
+use tracing::field::Empty;
+
 use crate::config::{RENEW_DIVISOR, WATCHDOG_LINGER};
+use crate::metrics::{self, Loss};
 use crate::quorum::{Quorum, Tally};
 use crate::tasks::BackgroundWork;
 use crate::wire::renew::{Renew, RenewItem, RenewStatus};
@@ -192,6 +196,7 @@ async fn run(watchdog: Arc<Watchdog>) {
             lose(
                 &watchdog.quorum,
                 held,
+                Loss::ValidityRanOut,
                 "validity ran out before a majority confirmed a renewal",
             );
         }
@@ -216,6 +221,17 @@ async fn run(watchdog: Arc<Watchdog>) {
 /// One tick: renews `due` on every node with one pipeline of renewal
 /// script calls per node, and applies each lock's outcome.
 async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
+    let span = tracing::debug_span!(
+        "quorumlock.renew",
+        locks = due.len(),
+        confirmed = Empty,
+        elapsed_ms = Empty
+    );
+    renew_round(watchdog, due).instrument(span).await;
+}
+
+/// [`renew`]'s round, inside its span.
+async fn renew_round(watchdog: &Watchdog, due: &[Arc<Held>]) {
     let quorum = &watchdog.quorum;
     let start = Instant::now();
     let items: Arc<[RenewItem]> = due.iter().map(|held| held.renew_item()).collect();
@@ -278,6 +294,12 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
     for held in due {
         held.end_renewal();
     }
+    let span = tracing::Span::current();
+    span.record(
+        "confirmed",
+        tallies.iter().filter(|tally| tally.reached()).count(),
+    );
+    span.record("elapsed_ms", start.elapsed().as_millis() as u64);
     for ((held, item), tally) in due.iter().zip(items.iter()).zip(tallies) {
         apply(quorum, held, item.ttl, start, &tally);
     }
@@ -285,15 +307,26 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
 
 /// A lock's outcome of one renewal round that started at `start`.
 fn apply(quorum: &Arc<Quorum>, held: &Arc<Held>, ttl: Duration, start: Instant, tally: &Tally) {
+    metrics::renewal(tally.reached());
     if tally.reached() {
         if held.confirm(&quorum.lease(start, ttl, tally), tally.ok) {
             held.count_renewal();
             tracing::trace!(resources = ?held.resources.names(), confirmed = tally.ok, "lock renewed");
         } else {
-            lose(quorum, held, "validity ran out while the renewal was confirmed");
+            lose(
+                quorum,
+                held,
+                Loss::ValidityRanOut,
+                "validity ran out while the renewal was confirmed",
+            );
         }
     } else if tally.refused_by_majority() {
-        lose(quorum, held, "a majority of nodes holds another token");
+        lose(
+            quorum,
+            held,
+            Loss::Taken,
+            "a majority of nodes holds another token",
+        );
     } else {
         // Retry after one more per-node timeout: several tries fit in the
         // remaining validity (the ttl is far larger than the timeout),
@@ -310,8 +343,8 @@ fn apply(quorum: &Arc<Quorum>, held: &Arc<Held>, ttl: Duration, start: Instant, 
 /// Fires the holder's loss signal (once) and releases our token everywhere,
 /// best effort: our keys may still sit on some nodes. The release is sent
 /// even when the holder's local timer fired the signal first.
-fn lose(quorum: &Arc<Quorum>, held: &Arc<Held>, reason: &'static str) {
-    if held.mark_lost() {
+fn lose(quorum: &Arc<Quorum>, held: &Arc<Held>, cause: Loss, reason: &'static str) {
+    if held.mark_lost(cause) {
         tracing::warn!(resources = ?held.resources.names(), reason, "lock lost");
     }
     if !held.claim_release() {

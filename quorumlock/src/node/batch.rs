@@ -44,6 +44,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use super::conn::Conn;
+use crate::metrics;
 use crate::tasks::{BackgroundWork, Tasks};
 use crate::wire::batch::{self as wire_batch, BATCH_MAX, Op};
 
@@ -249,6 +250,7 @@ async fn send(
     conn: &Arc<Conn>,
     mut batch: Vec<(Op, ReplyTo)>,
 ) -> impl Future<Output = (Vec<(Op, ReplyTo)>, RedisResult<redis::Value>)> + use<> {
+    metrics::batch(batch.len());
     let cmd = if let [(op, _)] = batch.as_slice() {
         op.command()
     } else {

@@ -1,6 +1,7 @@
 //! Counting the nodes' answers: [`Tally`], and when a fan-out may stop.
 
 use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::metrics;
 use crate::node::Node;
 
 /// Majority of all configured nodes: `n / 2 + 1`.
@@ -119,6 +120,7 @@ impl Tally {
     }
 
     pub(crate) fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
+        metrics::node_error(node.name(), &kind);
         tracing::debug!(node = node.name(), error = ?kind, "node failed");
         self.errors.push(NodeError {
             node: node.name().to_owned(),

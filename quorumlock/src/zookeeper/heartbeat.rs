@@ -25,6 +25,7 @@ use super::{Store, ZkResult};
 use crate::config::{WATCHDOG_LINGER, ZK_RETRY};
 use crate::lock::registry::Registry;
 use crate::lock::state::Held;
+use crate::metrics::Loss;
 use crate::tasks::BackgroundWork;
 
 /// The registry of renewed ZooKeeper locks and the handle on the task.
@@ -189,10 +190,16 @@ async fn round(store: &Arc<Store>, due: Vec<(u64, Arc<Entry>)>) {
         };
         match outcome {
             Outcome::Present => held.count_renewal(),
-            Outcome::Gone(why) => lose(store, *id, entry, why),
+            Outcome::Gone(why) => lose(store, *id, entry, Loss::Taken, why),
             Outcome::Failed(error) if Instant::now() >= held.valid_until() => {
                 tracing::debug!(%error, "last ZooKeeper heartbeat failed");
-                lose(store, *id, entry, "no heartbeat was answered within the validity");
+                lose(
+                    store,
+                    *id,
+                    entry,
+                    Loss::ValidityRanOut,
+                    "no heartbeat was answered within the validity",
+                );
             }
             Outcome::Failed(error) => {
                 tracing::debug!(%error, "ZooKeeper heartbeat failed; trying again");
@@ -215,9 +222,9 @@ fn outcome(synced: &ZkResult<()>, read: ZkResult<bool>) -> Outcome {
 }
 
 /// The lock is lost: fires the signal, stops renewing it, gives it back.
-fn lose(store: &Arc<Store>, id: u64, entry: &Entry, why: &str) {
+fn lose(store: &Arc<Store>, id: u64, entry: &Entry, cause: Loss, why: &str) {
     store.heartbeat.unregister(id);
-    if entry.held.mark_lost() {
+    if entry.held.mark_lost(cause) {
         tracing::warn!(resources = ?entry.held.resources.names(), why, "ZooKeeper lock lost");
     }
     if entry.held.claim_release() {

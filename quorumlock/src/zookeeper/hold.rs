@@ -10,6 +10,7 @@ use super::Store;
 use super::nodes::{Nodes, give_back_in_background};
 use crate::error::{Error, Result};
 use crate::lock::state::Held;
+use crate::metrics::Loss;
 use crate::tasks::BackgroundWork;
 
 /// What a guard of a ZooKeeper lock holds besides the lock's state.
@@ -74,7 +75,7 @@ impl Hold {
         );
         synced.map_err(|e| store.failed(&e))?;
         if !present.map_err(|e| store.failed(&e))? {
-            held.mark_lost();
+            held.mark_lost(Loss::Taken);
             return Err(store.lost());
         }
         let lease = store.lease(&client, sent, ttl);
@@ -101,7 +102,7 @@ fn end_at_validity(store: &Arc<Store>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
                 return;
             }
             if Instant::now() >= held.valid_until() {
-                held.mark_lost();
+                held.mark_lost(Loss::ValidityRanOut);
                 if held.claim_release() {
                     give_back_in_background(&task_store, &held, &nodes);
                 }

@@ -49,6 +49,7 @@ use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::registry::Registry;
 use crate::lock::resources::Resources;
 use crate::lock::state::Held;
+use crate::metrics::Loss;
 use crate::quorum::Lease;
 use crate::tasks::{BackgroundWork, Tasks};
 
@@ -195,7 +196,7 @@ impl Store {
         self.tasks.closing().cancel();
         let held = self.holders().take_all();
         let releases = held.into_iter().filter_map(|(held, nodes)| {
-            held.mark_lost();
+            held.mark_lost(Loss::Shutdown);
             held.claim_release().then_some(async move {
                 let given = tokio::time::timeout_at(deadline, give_back(self, &held, &nodes)).await;
                 (held.resources.clone(), matches!(given, Ok(Ok(_))))

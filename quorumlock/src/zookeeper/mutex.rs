@@ -29,7 +29,7 @@ pub(crate) async fn acquire(
     resources: &Resources,
     ttl: Duration,
     waiting: bool,
-) -> Result<(Held, Nodes)> {
+) -> Result<((Held, Nodes), u32)> {
     check(store, options, ttl)?;
     in_line::take(
         options,

@@ -28,6 +28,7 @@ use super::kind::{Kind, Line};
 use super::resources::Resources;
 use super::shared::Shared;
 use crate::error::{Error, Result};
+use crate::metrics;
 use crate::options::LockOptions;
 use crate::quorum;
 use crate::random;
@@ -52,8 +53,11 @@ pub(crate) async fn lock(
         woken: Woken::Polled,
     };
     loop {
-        let error = match waiter.attempt().await {
-            Ok(guard) => return Ok(guard),
+        let started = Instant::now();
+        let result = waiter.attempt().await;
+        metrics::attempt(started.elapsed(), &result);
+        let error = match result {
+            Ok(guard) => return Ok(guard.with_attempts(waiter.attempts)),
             Err(error) => error,
         };
         if waiter.gives_up(&error) {

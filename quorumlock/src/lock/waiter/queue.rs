@@ -23,6 +23,7 @@ use tokio::time::Instant;
 
 use super::super::kind::Line;
 use crate::config::QUEUE_MARGIN;
+use crate::metrics;
 use crate::node::pubsub::{self, Command, Listener};
 use crate::quorum::Quorum;
 use crate::tasks::BackgroundWork;
@@ -87,6 +88,7 @@ impl Listener for Mailbox {
         {
             waiter.last = token.to_vec();
             waiter.wake.notify_one();
+            metrics::wakeup();
         }
     }
 

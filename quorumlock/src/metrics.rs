@@ -1,0 +1,188 @@
+//! What the library counts and times, through the `metrics` facade.
+//!
+//! The library records; the application chooses where the figures go by
+//! installing a recorder (`metrics-exporter-prometheus`, a StatsD or an
+//! OpenTelemetry bridge). Without one, every record is a call into the
+//! facade's no-op recorder: no allocation on the paths a lock takes (the
+//! names and labels there are static strings), measured in
+//! docs/benchmarks.md.
+//!
+//! Names follow the Prometheus conventions (`_total` for counters,
+//! `_seconds` for times), and every label takes a bounded set of values:
+//! never a resource name or a token. docs/operations.md (Monitoring) has the
+//! table of names, labels and units; a test holds it against this file.
+
+use std::time::Duration;
+
+use crate::error::{Error, NodeErrorKind};
+
+/// Lock calls by outcome: counter; labels `call`, `outcome`.
+pub(crate) const ACQUISITIONS: &str = "quorumlock_acquisitions_total";
+/// How long one acquisition attempt took, whatever its outcome: histogram,
+/// seconds; label `outcome`.
+pub(crate) const ATTEMPT_SECONDS: &str = "quorumlock_attempt_duration_seconds";
+/// How long a lock call took from the call to its result, waits and retries
+/// included: histogram, seconds; labels `call`, `outcome`.
+pub(crate) const WAIT_SECONDS: &str = "quorumlock_wait_duration_seconds";
+/// How long a lock was held, from its acquisition to its release or loss:
+/// histogram, seconds; label `end`.
+pub(crate) const HOLD_SECONDS: &str = "quorumlock_hold_duration_seconds";
+/// Renewals of held locks by outcome: counter; label `outcome`.
+pub(crate) const RENEWALS: &str = "quorumlock_renewals_total";
+/// Locks lost while held, by cause: counter; label `cause`.
+pub(crate) const LOSSES: &str = "quorumlock_losses_total";
+/// Requests a node failed, by node and kind: counter; labels `node` (its
+/// URL without credentials, one value per configured node), `kind`.
+pub(crate) const NODE_ERRORS: &str = "quorumlock_node_errors_total";
+/// Waiters woken by a release that named them: counter.
+pub(crate) const WAKEUPS: &str = "quorumlock_handoff_wakeups_total";
+/// Requests per batch sent to a node: histogram.
+pub(crate) const BATCH_SIZE: &str = "quorumlock_batch_size";
+
+/// Which lock call an outcome belongs to.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Call {
+    /// `try_lock` and `try_with_lock`: one attempt.
+    TryLock,
+    /// `lock` and `with_lock`: attempts until the wait runs out.
+    Lock,
+}
+
+impl Call {
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Call::TryLock => "try_lock",
+            Call::Lock => "lock",
+        }
+    }
+}
+
+/// The `outcome` label of a lock call's or an attempt's result.
+pub(crate) fn outcome<T>(result: &Result<T, Error>) -> &'static str {
+    match result {
+        Ok(_) => "acquired",
+        Err(Error::Held { .. }) => "busy",
+        Err(Error::Unreachable { .. }) => "unreachable",
+        Err(Error::ValidityUsedUp { .. }) => "validity_used_up",
+        Err(Error::Config(_)) => "config",
+        Err(Error::Closed) => "closed",
+        Err(_) => "other",
+    }
+}
+
+/// Records the end of a lock call that began `took` ago.
+pub(crate) fn lock_call<T>(call: Call, took: Duration, result: &Result<T, Error>) {
+    let labels = [("call", call.label()), ("outcome", outcome(result))];
+    ::metrics::counter!(ACQUISITIONS, &labels).increment(1);
+    ::metrics::histogram!(WAIT_SECONDS, &labels).record(took);
+}
+
+/// Records one acquisition attempt that took `took`.
+pub(crate) fn attempt<T>(took: Duration, result: &Result<T, Error>) {
+    ::metrics::histogram!(ATTEMPT_SECONDS, "outcome" => outcome(result)).record(took);
+}
+
+/// How a hold ended, for [`HOLD_SECONDS`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum HoldEnd {
+    /// Given back by `release` or a drop.
+    Released,
+    /// Lost while held.
+    Lost,
+}
+
+/// Records a hold of `held` that ended as `end`.
+pub(crate) fn hold(held: Duration, end: HoldEnd) {
+    let end = match end {
+        HoldEnd::Released => "released",
+        HoldEnd::Lost => "lost",
+    };
+    ::metrics::histogram!(HOLD_SECONDS, "end" => end).record(held);
+}
+
+/// Records a renewal of one lock: confirmed by a majority, or not (the
+/// watchdog tries again while the lock is valid).
+pub(crate) fn renewal(confirmed: bool) {
+    let outcome = if confirmed { "confirmed" } else { "unconfirmed" };
+    ::metrics::counter!(RENEWALS, "outcome" => outcome).increment(1);
+}
+
+/// Why a held lock was lost, for [`LOSSES`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Loss {
+    /// Its validity ran out before a renewal was confirmed.
+    ValidityRanOut,
+    /// The store says it is no longer ours: another token on a majority, a
+    /// key or a lock node gone, a lease expired.
+    Taken,
+    /// The client shut down while it was held.
+    Shutdown,
+}
+
+/// Records a lock lost after `held`, and the end of that hold.
+pub(crate) fn loss(cause: Loss, held: Duration) {
+    let cause = match cause {
+        Loss::ValidityRanOut => "validity_ran_out",
+        Loss::Taken => "taken",
+        Loss::Shutdown => "shutdown",
+    };
+    ::metrics::counter!(LOSSES, "cause" => cause).increment(1);
+    hold(held, HoldEnd::Lost);
+}
+
+/// Records a request that node `node` failed.
+pub(crate) fn node_error(node: &str, kind: &NodeErrorKind) {
+    let kind = match kind {
+        NodeErrorKind::Timeout(_) => "timeout",
+        NodeErrorKind::Redis(_) => "redis",
+        NodeErrorKind::Etcd(_) => "etcd",
+        NodeErrorKind::ZooKeeper(_) => "zookeeper",
+        NodeErrorKind::ReplicasMissing { .. } => "replicas_missing",
+        NodeErrorKind::ClockTooFast { .. } => "clock_too_fast",
+    };
+    ::metrics::counter!(NODE_ERRORS, "node" => node.to_owned(), "kind" => kind).increment(1);
+}
+
+/// Records a waiter woken by a release that named it.
+pub(crate) fn wakeup() {
+    ::metrics::counter!(WAKEUPS).increment(1);
+}
+
+/// Records a batch of `requests` sent to a node.
+pub(crate) fn batch(requests: usize) {
+    ::metrics::histogram!(BATCH_SIZE).record(requests as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// docs/operations.md lists every metric, and only those.
+    #[test]
+    fn the_operations_table_lists_every_metric() {
+        let doc = include_str!("../../docs/operations.md");
+        let listed: Vec<&str> = doc
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `quorumlock_"))
+            .filter_map(|rest| rest.split('`').next())
+            .collect();
+        let mut names: Vec<String> = [
+            ACQUISITIONS,
+            WAIT_SECONDS,
+            ATTEMPT_SECONDS,
+            HOLD_SECONDS,
+            RENEWALS,
+            LOSSES,
+            NODE_ERRORS,
+            WAKEUPS,
+            BATCH_SIZE,
+        ]
+        .iter()
+        .map(|name| name.trim_start_matches("quorumlock_").to_owned())
+        .collect();
+        let mut listed: Vec<String> = listed.iter().map(|s| (*s).to_owned()).collect();
+        names.sort();
+        listed.sort();
+        assert_eq!(listed, names);
+    }
+}
