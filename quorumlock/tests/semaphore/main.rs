@@ -1,0 +1,19 @@
+//! The semaphore: K permits as K locks over the Redis nodes.
+//!
+//! One concern per module: `basics` (names, validation, permits as locks,
+//! fencing per permit), `k_holders` (at most K holders at any instant while
+//! a minority of nodes crashes, pauses or drops off the network, checked
+//! over the holders' recorded history) and `waiting` (waiters served within
+//! their wait, woken by releases rather than by polling).
+
+mod basics;
+mod k_holders;
+mod waiting;
+
+use quorumlock_testkit::RedisServer;
+
+/// Members of the queue of permit `index` of semaphore `name` on `server`.
+fn queued(server: &RedisServer, name: &str, index: usize) -> i64 {
+    let key = format!("quorumlock:waiters:{{{name}}}:{{{name}}}:permit:{index}");
+    quorumlock_testkit::int(server, &["ZCARD", &key])
+}
