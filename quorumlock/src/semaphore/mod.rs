@@ -3,7 +3,7 @@
 //!
 //! - this file: [`Semaphore`], its names and the sweep over the permits;
 //! - [`permit`]: the holder's handle, [`Permit`] (a [`Guard`] and its index);
-//! - [`waiting`]: [`Semaphore::acquire`]'s waiting, in every permit's
+//! - [`waiting`]: [`Semaphore::acquire`]'s waiting, in the semaphore's
 //!   hand-off queue on Redis, polling on etcd and ZooKeeper.
 //!
 //! Why not a counter: a per-node counter with a majority does not bound the
@@ -24,15 +24,15 @@ use crate::client::Redlock;
 use crate::error::{Error, Result, Setting};
 use crate::lock::guard::Guard;
 use crate::lock::resources::{MAX_RESOURCES, Resources};
-use crate::wire::keys::RESERVED_PREFIX;
+use crate::wire::keys::{self, RESERVED_PREFIX};
 
 pub use self::permit::Permit;
 
 /// Most permits one semaphore may have.
 ///
-/// A waiter joins the hand-off queue of every permit in one script call,
-/// which is bounded like a multi-resource lock's ([`MAX_RESOURCES`]), and a
-/// sweep over busy permits costs one attempt each: 64 keeps both short.
+/// A sweep over busy permits costs one attempt each, and a release of
+/// several permits at once (a multi-resource lock on them) is bounded like
+/// any lock's ([`MAX_RESOURCES`]): 64 keeps both short.
 /// A pool larger than that is better split (a semaphore per shard).
 pub const MAX_PERMITS: usize = MAX_RESOURCES;
 
@@ -94,9 +94,10 @@ impl Redlock {
     ///
     /// The permits are the locks `{name}:permit:0` to
     /// `{name}:permit:<permits - 1>`. The braces make `name` their hash tag,
-    /// so on a Redis Cluster member all permits (and their hand-off queues)
-    /// share one hash slot, and a waiter can join every permit's queue in
-    /// one script call.
+    /// so on a Redis Cluster member all permits (and their hand-off queue)
+    /// share one hash slot. On Redis, the permits share one queue of waiters
+    /// (`quorumlock:waiters:{name}:permits`): the release of any permit wakes
+    /// the waiter at its head.
     ///
     /// # Errors
     ///
@@ -130,7 +131,7 @@ impl Redlock {
             ));
         }
         let permits = (0..permits)
-            .map(|i| Resources::from(permit_name(name, i)).validated())
+            .map(|i| Resources::from(keys::permit(name, i)).validated())
             .collect::<Result<_>>()?;
         Ok(Semaphore {
             redlock: self.clone(),
@@ -138,11 +139,6 @@ impl Redlock {
             permits,
         })
     }
-}
-
-/// The lock key of permit `index` of semaphore `name`.
-fn permit_name(name: &str, index: usize) -> String {
-    format!("{{{name}}}:permit:{index}")
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -219,11 +215,10 @@ impl Semaphore {
     /// ([`LockOptions::max_attempts`](crate::LockOptions::max_attempts),
     /// counted in sweeps) runs out.
     ///
-    /// On Redis a waiter joins the hand-off queue of every permit: the
-    /// release of any permit wakes the waiter at the head of that permit's
-    /// queue, which sweeps again, so waiters are served in the order they
-    /// came (a woken waiter that loses the race keeps its place) and do not
-    /// poll. The retry delay stays underneath, for releases that announce
+    /// On Redis a waiter joins the semaphore's hand-off queue: the release
+    /// of any permit wakes the waiter at its head, which sweeps again, so
+    /// waiters are served in the order they came (a woken waiter that loses
+    /// the race keeps its place) and do not poll. The retry delay stays underneath, for releases that announce
     /// nobody (expiry, other libraries). On etcd and ZooKeeper, whose lines
     /// are one per key, a waiter sweeps again after each retry delay.
     ///
@@ -278,7 +273,7 @@ mod tests {
     #[test]
     fn permit_names_share_the_semaphore_name_as_hash_tag() {
         use crate::wire::keys::{queue, slot};
-        let names: Vec<String> = (0..MAX_PERMITS).map(|i| permit_name("pool", i)).collect();
+        let names: Vec<String> = (0..MAX_PERMITS).map(|i| keys::permit("pool", i)).collect();
         assert_eq!(names[7], "{pool}:permit:7");
         let first = slot(&names[0]);
         assert!(names.iter().all(|name| slot(name) == first));

@@ -1,23 +1,25 @@
-//! [`Semaphore::acquire`]: sweeps until one takes a permit or the wait runs
+//! [`Semaphore::acquire`](super::Semaphore::acquire): sweeps until one takes a permit or the wait runs
 //! out, woken by releases where the store can tell one waiter.
 //!
-//! On Redis the waiter reuses the locks' hand-off ([`lock::waiter::queue`]):
-//! after the first busy sweep it subscribes to its client's wake-up channel
-//! and joins the queues of all K permits in one registration (they share a
-//! hash slot, see [`Redlock::semaphore`](crate::Redlock::semaphore)). The
-//! release of a permit pops the head of that permit's queue and wakes it;
-//! the woken waiter sweeps at once. If it loses that sweep, it registers
-//! again with its original place (at the front of the queue that popped
-//! it); once it holds a permit it leaves every queue. The jittered retry
-//! delay stays underneath, as for locks: a release that announces nobody
-//! (expiry of a crashed holder's key, another library, a head that had just
-//! been served by another permit's release) is found by the next poll.
+//! On Redis the waiter reuses the locks' hand-off ([`lock::waiter::queue`]).
+//! The permits of a semaphore share one queue of waiters (see
+//! [`keys::permit`]): after the first busy sweep the waiter subscribes to
+//! its client's wake-up channel and registers there once. The release of
+//! any permit pops the head of that queue and wakes it, so each release
+//! wakes a different waiter, first come, first served; the woken waiter
+//! sweeps at once. If it loses that sweep (to a caller that did not queue),
+//! it registers again with its original place, at the front; once it holds
+//! a permit it leaves the queue. The jittered retry delay stays underneath,
+//! as for locks: a release that announces nobody (expiry of a crashed
+//! holder's key, another library, a head that was served meanwhile) is
+//! found by the next poll.
 //!
 //! On etcd and ZooKeeper a waiter stands in one line per key, and K lines
-//! at once would mean K queued entries to clean up per waiter: it sweeps
-//! with `try_lock` semantics and polls at the retry delay instead.
+//! at once would mean K entries to create and clean up per waiter: it
+//! sweeps with `try_lock` semantics and polls at the retry delay instead.
 //!
 //! [`lock::waiter::queue`]: crate::lock::waiter::queue
+//! [`keys::permit`]: crate::wire::keys::permit
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +80,7 @@ struct Waiter<'a> {
 enum Line {
     /// No busy sweep yet.
     NotYet,
-    /// In the queues of every permit (Redis).
+    /// In the semaphore's queue (Redis).
     Queued(Subscription),
     /// On a store without the hand-off: polling.
     Polling,
@@ -131,7 +133,7 @@ impl Waiter<'_> {
         };
         if self.named {
             // Named, but another caller took the permit first: back to the
-            // old place, at the front of that permit's queue.
+            // old place, at the front of the queue.
             subscription.register().await;
         }
         let closing = closing.unwrap_or_default();

@@ -12,8 +12,9 @@ mod waiting;
 
 use quorumlock_testkit::RedisServer;
 
-/// Members of the queue of permit `index` of semaphore `name` on `server`.
-fn queued(server: &RedisServer, name: &str, index: usize) -> i64 {
-    let key = format!("quorumlock:waiters:{{{name}}}:{{{name}}}:permit:{index}");
+/// Members of the queue of waiters of semaphore `name` (one for all its
+/// permits) on `server`.
+fn queued(server: &RedisServer, name: &str) -> i64 {
+    let key = format!("quorumlock:waiters:{{{name}}}:permits");
     quorumlock_testkit::int(server, &["ZCARD", &key])
 }
