@@ -5,14 +5,15 @@
 //! hold time and releases it, in a loop; three clients share the tasks, as
 //! the example's three "processes" do.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::{Guard, Permit, Redlock};
 use tokio::time::Instant;
 
 use crate::nodes::Nodes;
+use crate::stats;
 use crate::throughput::Window;
 
 /// Permits in the pool, as in the example.
@@ -62,6 +63,10 @@ pub struct Pool {
     pub rounds: Vec<f64>,
     /// Node commands (those inside scripts included) per acquisition, per round.
     pub commands: Vec<f64>,
+    /// p99 and longest time a task waited for a permit (ms), per round:
+    /// how evenly the permits went round.
+    pub wait_p99_ms: Vec<f64>,
+    pub wait_max_ms: Vec<f64>,
     pub errors: u64,
 }
 
@@ -78,6 +83,8 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Pool> {
                     hold_ms,
                     rounds: Vec::new(),
                     commands: Vec::new(),
+                    wait_p99_ms: Vec::new(),
+                    wait_max_ms: Vec::new(),
                     errors: 0,
                 });
             }
@@ -87,12 +94,15 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Pool> {
         for pool in &mut pools {
             let name = format!("pool-{round_no}-{}-{}-{:?}", pool.tasks, pool.hold_ms, pool.way);
             let before: u64 = nodes.command_calls(NODES).values().sum();
-            let (rate, acquisitions, errors) = round(&urls, pool, &name, window).await;
+            let (rate, acquisitions, errors, waits) = round(&urls, pool, &name, window).await;
             let after: u64 = nodes.command_calls(NODES).values().sum();
             pool.rounds.push(rate);
             pool.commands
                 .push((after - before) as f64 / acquisitions.max(1) as f64);
             pool.errors += errors;
+            let ms = |us: Option<f64>| us.map_or(f64::NAN, |us| us / 1000.0);
+            pool.wait_p99_ms.push(ms(stats::quantile_us(&waits, 0.99)));
+            pool.wait_max_ms.push(ms(stats::quantile_us(&waits, 1.0)));
             eprintln!(
                 "  (h) {} x{} hold {} ms: {rate:.0} acquisitions/s",
                 pool.way.label(),
@@ -106,8 +116,9 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Pool> {
 }
 
 /// One round: acquisitions per second over the window, acquisitions in all
-/// (for the command count, which spans the whole round) and errors.
-async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64, u64, u64) {
+/// (for the command count, which spans the whole round), errors, and the
+/// waits for a permit in the window.
+async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64, u64, u64, Vec<Duration>) {
     let clients: Vec<Redlock> = (0..CLIENTS)
         .map(|_| Redlock::builder().nodes(urls.to_vec()).build().expect("client"))
         .collect();
@@ -118,6 +129,8 @@ async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64
         Arc::new(AtomicBool::new(false)),
     );
     let hold = Duration::from_millis(pool.hold_ms);
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let counting = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for t in 0..pool.tasks {
         let redlock = clients[t % CLIENTS].clone();
@@ -129,8 +142,10 @@ async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64
             Arc::clone(&stop),
             pool.way,
         );
+        let (waits, counting) = (Arc::clone(&waits), Arc::clone(&counting));
         tasks.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
+                let asked = Instant::now();
                 let taken = match way {
                     Way::Semaphore => semaphore.acquire(TTL).await.map(Taken::Permit),
                     Way::Sweep => sweep(&redlock, &keys).await.map(Taken::Guard),
@@ -139,6 +154,9 @@ async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64
                     errors.fetch_add(1, Ordering::Relaxed);
                     continue;
                 };
+                if counting.load(Ordering::Relaxed) {
+                    waits.lock().unwrap().push(asked.elapsed());
+                }
                 if !hold.is_zero() {
                     tokio::time::sleep(hold).await;
                 }
@@ -154,15 +172,23 @@ async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64
         }));
     }
     tokio::time::sleep(window.warm).await;
+    counting.store(true, Ordering::Relaxed);
     let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
     tokio::time::sleep(window.window).await;
     let (elapsed, after) = (start.elapsed(), done.load(Ordering::Relaxed));
+    counting.store(false, Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.expect("pool task");
     }
     let rate = (after - before) as f64 / elapsed.as_secs_f64();
-    (rate, done.load(Ordering::Relaxed), errors.load(Ordering::Relaxed))
+    let waits = std::mem::take(&mut *waits.lock().unwrap());
+    (
+        rate,
+        done.load(Ordering::Relaxed),
+        errors.load(Ordering::Relaxed),
+        waits,
+    )
 }
 
 /// What a task holds.

@@ -24,6 +24,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::{Permit, Semaphore, Swept};
@@ -133,7 +134,14 @@ impl Waiter<'_> {
         };
         if self.named {
             // Named, but another caller took the permit first: back to the
-            // old place, at the front of the queue.
+            // old place, at the front of the queue. Wake-ups that came
+            // during the sweep are dropped: mostly they are the sweep's own
+            // doing (an attempt granted by a minority releases its keys,
+            // and that release names the head of the queue, this waiter),
+            // and a waiter that honoured them would sweep on and on. A real
+            // release among them names this waiter again next time, or is
+            // found by the poll.
+            let _ = subscription.released().now_or_never();
             subscription.register().await;
         }
         let closing = closing.unwrap_or_default();

@@ -25,14 +25,15 @@ pub fn table(md: &mut String, pools: &[Pool], s: &Settings) {
          share three clients. The sweep is the API-key example's former loop: `try_lock` over the \
          {PERMITS} keys in random order, a 5-25 ms back-off when all are busy. Medians over rounds; \
          the ratio is the median of the ratios within rounds; node commands per acquisition count \
-         those run inside scripts.\n"
+         those run inside scripts; a wait is from asking for a permit to holding one.\n"
     );
     let _ = writeln!(
         md,
         "| tasks | hold | Semaphore acquisitions/s | sweep acquisitions/s | Semaphore / sweep \
-         | node commands per acquisition, Semaphore | same, sweep | errors (Semaphore / sweep) |"
+         | node commands per acquisition, Semaphore | same, sweep | wait p99 / max (ms), Semaphore \
+         | same, sweep | errors (Semaphore / sweep) |"
     );
-    let _ = writeln!(md, "|--:|--:|--:|--:|--:|--:|--:|--:|");
+    let _ = writeln!(md, "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for tasks in TASKS {
         for hold_ms in HOLDS_MS {
             let (Some(sem), Some(sweep)) = (
@@ -46,12 +47,16 @@ pub fn table(md: &mut String, pools: &[Pool], s: &Settings) {
             let med = |values: &[f64]| median(values.iter().copied().filter(|v| v.is_finite()));
             let _ = writeln!(
                 md,
-                "| {tasks} | {hold_ms} ms | {} | {} | {} | {} | {} | {} / {} |",
+                "| {tasks} | {hold_ms} ms | {} | {} | {} | {} | {} | {} / {} | {} / {} | {} / {} |",
                 fmt(med(&sem.rounds), 0),
                 fmt(med(&sweep.rounds), 0),
                 fmt_ratio(ratio),
                 fmt(med(&sem.commands), 1),
                 fmt(med(&sweep.commands), 1),
+                fmt(med(&sem.wait_p99_ms), 1),
+                fmt(med(&sem.wait_max_ms), 0),
+                fmt(med(&sweep.wait_p99_ms), 1),
+                fmt(med(&sweep.wait_max_ms), 0),
                 sem.errors,
                 sweep.errors,
             );
