@@ -94,7 +94,7 @@ async fn contend(redlock: Redlock, history: Arc<Mutex<Vec<Holding>>>, stop: Canc
         };
         let enter = Instant::now();
         // Mostly short holds; every fifth outlives a renewal or two.
-        let hold = if round % 5 == 0 {
+        let hold = if round.is_multiple_of(5) {
             700
         } else {
             5 + rand::random_range(0..40)
