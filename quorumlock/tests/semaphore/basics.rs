@@ -45,13 +45,14 @@ async fn at_most_k_permits_are_handed_out_each_a_distinct_lock() {
     let indices: HashSet<usize> = held.iter().map(|p| p.index()).collect();
     assert_eq!(indices, HashSet::from([0, 1, 2]));
     for permit in &held {
-        // The permit is the lock of its key, with the permit's token on every node.
+        // The permit is the lock of its key, with the permit's token on a
+        // majority (the attempt returns at quorum; the last node's reply may
+        // still be on its way).
         let key = pool.permit_name(permit.index());
-        assert!(
-            servers
-                .iter()
-                .all(|s| get(s, key).as_deref() == Some(permit.token()))
-        );
+        let holding = servers
+            .iter()
+            .filter(|s| get(s, key).as_deref() == Some(permit.token()));
+        assert!(holding.count() >= 2, "{key}");
         assert!(permit.is_held() && permit.fence_token().is_none());
     }
     assert!(other.try_acquire(TTL).await.unwrap().is_none(), "a fourth holder");
