@@ -105,16 +105,12 @@ impl Waiter<'_> {
         let Some(shared) = self.shared() else {
             return Line::Polling;
         };
-        let names: Vec<String> = self
-            .semaphore
-            .permits
-            .iter()
-            .map(|p| p.names()[0].clone())
-            .collect();
+        // Any permit names the semaphore's one queue.
+        let queue_of = &self.semaphore.permits[0].names()[..1];
         let quorum = &shared.quorum;
         let mut subscription = shared
             .handoff
-            .subscribe(quorum, &names, quorum.node_timeout, self.deadline)
+            .subscribe(quorum, queue_of, quorum.node_timeout, self.deadline)
             .await;
         subscription.register().await;
         Line::Queued(subscription)

@@ -18,3 +18,14 @@ fn queued(server: &RedisServer, name: &str) -> i64 {
     let key = format!("quorumlock:waiters:{{{name}}}:permits");
     quorumlock_testkit::int(server, &["ZCARD", &key])
 }
+
+/// Calls of `command` on `server` so far (`INFO commandstats`; calls from
+/// scripts included).
+fn calls(server: &RedisServer, command: &str) -> i64 {
+    let info = server.command(&["INFO", "commandstats"]).expect("INFO");
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().expect("a count"))
+}

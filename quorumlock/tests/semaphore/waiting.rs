@@ -9,7 +9,7 @@ use quorumlock::{Redlock, Semaphore};
 use quorumlock_testkit::{RedisServer, builder, eventually};
 use tokio::time::Instant;
 
-use super::queued;
+use super::{calls, queued};
 
 const TTL: Duration = Duration::from_secs(10);
 
@@ -39,6 +39,8 @@ async fn a_release_wakes_the_waiter_at_once_not_at_its_next_poll() {
         holder.acquire(TTL).await.unwrap(),
         holder.acquire(TTL).await.unwrap(),
     ];
+    let zadds = |s: &RedisServer| calls(s, "zadd");
+    let before: Vec<i64> = servers.iter().map(zadds).collect();
     let pool = slow_polling(&servers, Duration::from_secs(20))
         .semaphore("wake", 2)
         .unwrap();
@@ -64,6 +66,9 @@ async fn a_release_wakes_the_waiter_at_once_not_at_its_next_poll() {
         servers.iter().all(|s| queued(s, "wake") == 0)
     })
     .await;
+    // One entry per waiter and node, whatever the number of permits.
+    let added: Vec<i64> = servers.iter().zip(before).map(|(s, b)| zadds(s) - b).collect();
+    assert_eq!(added, [1, 1, 1]);
     drop((first, permit));
 }
 
