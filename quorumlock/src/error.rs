@@ -342,4 +342,7 @@ pub enum Setting {
     FencedWrite,
     /// The blocking client's runtime.
     Runtime,
+    /// A semaphore's name or number of permits
+    /// ([`Redlock::semaphore`](crate::Redlock::semaphore)).
+    Semaphore,
 }

@@ -41,6 +41,7 @@ mod shutdown;
 pub mod blocking;
 mod idempotency;
 mod inspect;
+mod semaphore;
 
 // For the quorumlock CLI's `check`, not covered by semver: the commands the
 // library sends a node, what each is needed for, and how to probe them.
@@ -84,6 +85,7 @@ pub use redact::redact_url;
 /// The Redis client crate, for [`RedlockBuilder::client`] (a `redis::Client`
 /// with settings of the caller's own) at the version this crate uses.
 pub use redis;
+pub use semaphore::{MAX_PERMITS, Permit, Semaphore};
 pub use shutdown::ShutdownReport;
 pub use tasks::BackgroundWork;
 pub use wire::keys::RESERVED_PREFIX;

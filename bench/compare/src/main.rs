@@ -14,7 +14,8 @@
 //! way by a proxy per node: N = 1 vs N = 5; (d) one of five nodes
 //! black-holed; (e) contended hand-off; (f) fenced vs plain (in
 //! the rounds of (a)); (g) members that are Redis Clusters of 1, 2 and 3
-//! shards against plain members, with the capacity model of shards. Scenarios (a), (b) and (e) also run quorumlock on
+//! shards against plain members, with the capacity model of shards; (h) a
+//! pool of K = 10 permits, `Semaphore` against a `try_lock` sweep. Scenarios (a), (b) and (e) also run quorumlock on
 //! etcd and on ZooKeeper (in the N=5 rounds of (a) and (b)). Rounds
 //! alternate between contenders so that the noise of a shared machine hits
 //! all alike; tables give medians over rounds and ratios computed within
@@ -30,6 +31,7 @@ mod nodes;
 mod plot;
 mod report;
 mod rounds;
+mod semaphore;
 mod shards;
 mod single;
 mod smoke;
@@ -119,7 +121,7 @@ impl Settings {
         format!(
             "(a, f) {} rounds x {} cycles (+{} warm-up); (b) {} rounds of {:.1} s (+{:.1} s warm-up); \
              (c) {} rounds x {} cycles; (d) {} rounds x {} cycles, rslock and redlock {} cycles per \
-             round with a {:.0} s cap; (e) {} rounds of {} acquisitions; (g) as (b)",
+             round with a {:.0} s cap; (e) {} rounds of {} acquisitions; (g), (h) as (b)",
             self.single_rounds,
             b.cycles,
             b.warmup,
@@ -146,6 +148,7 @@ pub struct Results {
     pub network: Option<network::Network>,
     pub handoff: Option<Vec<(handoff::Setup, Vec<handoff::Round>)>>,
     pub shards: Option<Vec<shards::Config>>,
+    pub semaphore: Option<Vec<semaphore::Pool>>,
 }
 
 struct Args {
@@ -162,13 +165,13 @@ struct Args {
     recorder: bool,
 }
 
-const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g] [--recorder]
+const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g,h] [--recorder]
        quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd|zookeeper \
                           [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
 
 fn args() -> Args {
     let mut args = std::env::args().skip(1);
-    let (mut smoke, mut out, mut only) = (false, None, "abcdefg".to_owned());
+    let (mut smoke, mut out, mut only) = (false, None, "abcdefgh".to_owned());
     let (mut profile, mut nodes, mut tasks, mut secs) = (None, 5, 64, 10.0);
     let mut recorder = false;
     let usage = || -> ! {
@@ -330,6 +333,12 @@ fn main() {
             eprintln!("(g) members of 1, 2 and 3 shards");
             let (rounds, window) = (settings.throughput_rounds, settings.window);
             results.shards = Some(shards::run(&nodes, rounds, window).await);
+            nodes.flush();
+        }
+        if wants('h') {
+            eprintln!("(h) a pool of 10 permits: Semaphore against a try_lock sweep");
+            let (rounds, window) = (settings.throughput_rounds, settings.window);
+            results.semaphore = Some(semaphore::run(&nodes, rounds, window).await);
         }
     });
     // Background work of the clients (pending requests, subscriptions) ends

@@ -3,6 +3,7 @@
 
 mod consensus;
 mod handoff;
+mod semaphore;
 mod shards;
 mod throughput;
 
@@ -34,6 +35,9 @@ pub fn render(machine: &Machine, settings: &Settings, results: &Results) -> (Str
     }
     if let Some(configs) = &results.shards {
         shards::tables(&mut md, configs, settings, machine.cpus);
+    }
+    if let Some(pools) = &results.semaphore {
+        semaphore::table(&mut md, pools, settings);
     }
     targets::table(&mut md, &targets);
     (md, targets)

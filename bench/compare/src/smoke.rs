@@ -49,11 +49,15 @@ pub fn checks(results: &Results, targets: &[targets::Target]) {
         let ok = (c.errors as f64) < c.cycles && c.median().is_some_and(|r| r > 0.0);
         checks.push((format!("(g) {} x{}", c.members.label(), c.tasks), ok));
     }
+    for pool in results.semaphore.iter().flatten() {
+        let ok = pool.errors == 0 && pool.rounds.iter().all(|&r| r > 0.0);
+        checks.push((format!("(h) {} x{}", pool.way.label(), pool.tasks), ok));
+    }
     for (setup, rounds) in results.handoff.iter().flatten() {
         let ok = rounds.iter().all(|r| r.handoffs > 0 && !r.gaps.is_empty());
         checks.push((format!("hand-off {}", setup.label()), ok));
     }
-    // Scenario (g) has no targets: alone, it evaluates none.
+    // Scenarios (g) and (h) have no targets: alone, they evaluate none.
     let with_targets = results.single.is_some()
         || results.throughput.is_some()
         || results.network.is_some()

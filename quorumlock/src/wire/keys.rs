@@ -41,8 +41,33 @@ pub(crate) struct Queue<'a>(pub(crate) &'a str);
 
 impl fmt::Display for Queue<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_derived(f, "quorumlock:waiters:", self.0)
+        match semaphore_of(self.0) {
+            Some(name) => write!(f, "quorumlock:waiters:{{{name}}}:permits"),
+            None => write_derived(f, "quorumlock:waiters:", self.0),
+        }
     }
+}
+
+/// The lock key of permit `index` of the semaphore `name`: `{name}:permit:<index>`.
+///
+/// The braces make the name the hash tag, so all permits of a semaphore, and
+/// its queue, share a Redis Cluster hash slot. Every permit of a semaphore
+/// has one queue of waiters ([`Queue`]): the release of any permit pops its
+/// head, so each release wakes a different waiter, in the order they came,
+/// and a waiter registers (and leaves) one entry, not one per permit. (A
+/// plain lock on a key of this form is that permit, and waits in that line.)
+pub(crate) fn permit(name: &str, index: usize) -> String {
+    format!("{{{name}}}:permit:{index}")
+}
+
+/// The semaphore name of a permit's lock key ([`permit`]), if it is one:
+/// `{name}:permit:<digits>` with no brace in `name`.
+fn semaphore_of(key: &str) -> Option<&str> {
+    let rest = key.strip_prefix('{')?;
+    let close = rest.find('}')?;
+    let (name, index) = (&rest[..close], rest[close + 1..].strip_prefix(":permit:")?);
+    let digits = !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit());
+    (digits && !name.is_empty() && !name.contains('{')).then_some(name)
 }
 
 impl redis::ToRedisArgs for Queue<'_> {
@@ -173,6 +198,25 @@ mod tests {
         let resources = ["a", "b", "a{b}", "{b}a", "a}b", "ab}"];
         let keys: std::collections::HashSet<String> = resources.iter().map(|r| fence(r)).collect();
         assert_eq!(keys.len(), resources.len());
+    }
+
+    #[test]
+    fn the_permits_of_a_semaphore_share_one_queue_in_their_slot() {
+        let pool: Vec<String> = (0..12).map(|i| permit("pool", i)).collect();
+        assert_eq!(pool[3], "{pool}:permit:3");
+        for key in &pool {
+            assert_eq!(queue(key), "quorumlock:waiters:{pool}:permits");
+            assert_eq!(slot(&queue(key)), slot(key));
+        }
+        for other in [
+            "{pool}:permit:",
+            "{pool}:permit:x",
+            "{}:permit:1",
+            "pool:permit:1",
+            "{pool}:permits",
+        ] {
+            assert_eq!(queue(other), derived("quorumlock:waiters:", other), "{other}");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod basics;
 mod blocking;
 mod chaos;
 mod interop;
+mod semaphore;
 
 use std::time::Duration;
 

@@ -1,0 +1,35 @@
+//! A semaphore on an etcd cluster: its permits are locks of the store's own
+//! recipe, and a waiter polls at the retry delay (one line per key).
+
+use quorumlock::Redlock;
+use quorumlock_testkit::etcd::EtcdCluster;
+
+use super::{TTL, ms};
+
+fn client(cluster: &EtcdCluster) -> Redlock {
+    Redlock::builder()
+        .node(cluster.url())
+        .build()
+        .expect("etcd client")
+}
+
+#[tokio::test]
+async fn a_semaphore_hands_out_k_permits_and_a_waiter_gets_the_released_one() {
+    let store = EtcdCluster::start(1);
+    let (a, b) = (client(&store), client(&store));
+    let pool = a.semaphore("pool", 2).unwrap();
+    let first = pool.try_acquire(TTL).await.unwrap().expect("a free permit");
+    let second = pool.try_acquire(TTL).await.unwrap().expect("a free permit");
+    assert_ne!(first.index(), second.index());
+    assert!(first.fence_token().is_some(), "always fenced here");
+    let polling = b.with_options(b.options().retry_delay(ms(50))).unwrap();
+    let other = polling.semaphore("pool", 2).unwrap();
+    assert!(other.try_acquire(TTL).await.unwrap().is_none(), "a third holder");
+
+    let waiter = tokio::spawn(async move { other.acquire(TTL).await.unwrap() });
+    let freed = second.index();
+    second.release().await.unwrap();
+    let permit = waiter.await.unwrap();
+    assert_eq!(permit.index(), freed);
+    assert!(permit.is_held() && first.is_held());
+}
