@@ -274,15 +274,18 @@ fn profile_loop(kind: Kind, args: &Args) {
     );
 }
 
+/// `--recorder`: a Prometheus recorder takes the library's metrics.
+fn install_recorder() -> metrics_exporter_prometheus::PrometheusHandle {
+    metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the process's one recorder")
+}
+
 fn main() {
     let args = args();
-    // Kept for the whole run: the recorder lives as long as its handle's
-    // registry, and its figures are not read (only their cost counts).
-    let _recorder = args.recorder.then(|| {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .install_recorder()
-            .expect("the process's one recorder")
-    });
+    // Kept for the whole run; its figures are not read (only their cost
+    // counts).
+    let _recorder = args.recorder.then(install_recorder);
     if let Some(kind) = args.profile {
         return profile_loop(kind, &args);
     }

@@ -58,10 +58,7 @@ pub(crate) async fn attempt(
         armed: true,
     };
     let mut round = attempt.acquire_everywhere().await;
-    let span = tracing::Span::current();
-    span.record("ok", round.tally.ok);
-    span.record("refused", round.tally.refused);
-    span.record("failed", round.tally.errors.len());
+    record_in_span(&round.tally);
     // After the requests are on their way: keeps the nodes' clock rates
     // known (see `Quorum::life`) without delaying this attempt.
     shared.quorum.read_clocks(&round.tally);
@@ -82,14 +79,8 @@ pub(crate) async fn attempt(
             }
             Err(error) => error,
         }
-    } else if round.tally.failures_rule_out_majority() {
-        round.tally.unreachable()
     } else {
-        Error::Held {
-            refused: round.tally.refused,
-            nodes: round.tally.nodes,
-            errors: round.tally.errors,
-        }
+        refusal(round.tally)
     };
     tracing::debug!(resources = ?resources.names(), elapsed = ?attempt.start.elapsed(), error = %failure, "lock attempt failed");
     // Every node gets the release: a node that has not answered yet still
@@ -113,6 +104,29 @@ pub(crate) async fn attempt(
     .await;
     undo.armed = false;
     Err(failure)
+}
+
+/// Records the nodes of an attempt's round in the current span
+/// (`quorumlock.acquire`).
+fn record_in_span(tally: &Tally) {
+    let span = tracing::Span::current();
+    span.record("ok", tally.ok);
+    span.record("refused", tally.refused);
+    span.record("failed", tally.errors.len());
+}
+
+/// The error of a round that reached no majority: [`Error::Unreachable`]
+/// when failing nodes alone ruled one out, [`Error::Held`] when another
+/// owner's keys did.
+fn refusal(tally: Tally) -> Error {
+    if tally.failures_rule_out_majority() {
+        return tally.unreachable();
+    }
+    Error::Held {
+        refused: tally.refused,
+        nodes: tally.nodes,
+        errors: tally.errors,
+    }
 }
 
 /// One attempt in progress: its kind, token and ttl, and when it
