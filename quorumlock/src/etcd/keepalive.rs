@@ -28,7 +28,7 @@ use crate::config::{ETCD_RENEW_RETRY, WATCHDOG_LINGER};
 use crate::error::{NodeErrorKind, Result};
 use crate::lock::registry::Registry;
 use crate::lock::state::Held;
-use crate::metrics::Loss;
+use crate::metrics::{self, Loss};
 use crate::tasks::BackgroundWork;
 
 /// The registry of renewed etcd locks and the handle on the task.
@@ -203,6 +203,7 @@ async fn renew(store: &Arc<Store>, id: u64, entry: Arc<Entry>) {
         }
         Err(error) => {
             tracing::debug!(%error, "etcd keep-alive failed; trying again");
+            metrics::renewal(false);
             held.retry_at(Instant::now() + ETCD_RENEW_RETRY, 0);
         }
     }

@@ -310,6 +310,7 @@ impl Held {
     /// One more confirmed renewal, for the hold limits.
     pub(crate) fn count_renewal(&self) {
         self.state().renewals += 1;
+        metrics::renewal(true);
     }
 }
 

@@ -307,7 +307,9 @@ async fn renew_round(watchdog: &Watchdog, due: &[Arc<Held>]) {
 
 /// A lock's outcome of one renewal round that started at `start`.
 fn apply(quorum: &Arc<Quorum>, held: &Arc<Held>, ttl: Duration, start: Instant, tally: &Tally) {
-    metrics::renewal(tally.reached());
+    if !tally.reached() {
+        metrics::renewal(false);
+    }
     if tally.reached() {
         if held.confirm(&quorum.lease(start, ttl, tally), tally.ok) {
             held.count_renewal();

@@ -25,7 +25,7 @@ use super::{Store, ZkResult};
 use crate::config::{WATCHDOG_LINGER, ZK_RETRY};
 use crate::lock::registry::Registry;
 use crate::lock::state::Held;
-use crate::metrics::Loss;
+use crate::metrics::{self, Loss};
 use crate::tasks::BackgroundWork;
 
 /// The registry of renewed ZooKeeper locks and the handle on the task.
@@ -203,6 +203,7 @@ async fn round(store: &Arc<Store>, due: Vec<(u64, Arc<Entry>)>) {
             }
             Outcome::Failed(error) => {
                 tracing::debug!(%error, "ZooKeeper heartbeat failed; trying again");
+                metrics::renewal(false);
                 held.retry_at(Instant::now() + ZK_RETRY, 0);
             }
         }
