@@ -263,12 +263,16 @@ fn a_refused_password_fails_the_run_without_showing_it() {
 #[test]
 fn demo_on_password_nodes_never_shows_the_password() {
     let nodes = secret_nodes(3);
+    // The chart goes to a scratch file, not into the source tree.
+    let chart = std::env::temp_dir().join(format!("quorumlock-secrets-demo-{}.svg", std::process::id()));
     let out = without_nodes(&[
         "demo",
         "--seconds",
         "1",
         "--node-timeout",
         "1s",
+        "--chart",
+        &chart.to_string_lossy(),
         "--nodes",
         &secret_urls(&nodes),
     ])
@@ -287,6 +291,7 @@ fn demo_on_password_nodes_never_shows_the_password() {
         text(&out.stderr)
     );
     assert_output_clean("demo", &out);
+    let _ = std::fs::remove_file(&chart);
 }
 
 #[test]
