@@ -123,7 +123,26 @@ async fn exercise(s: &Settings, node: &RedisServer, key: &str) -> Result<(), Str
     };
     // A lock that cannot be had in time is fine (a huge minimum validity,
     // a node timeout too short for any reply); a panic or a hang is not.
-    let outcome = tokio::time::timeout(Duration::from_secs(10), redlock.lock(key, s.ttl)).await;
+    // Settings that let `lock` wait longer than the bound between attempts
+    // (a retry delay and a wait of minutes, a node timeout that fails
+    // every attempt) are tried with `try_lock`: one attempt, no retry.
+    let patient = s.wait > Duration::from_secs(2) && s.retry_delay > Duration::from_secs(2);
+    let call = async {
+        if patient {
+            redlock
+                .try_lock(key, s.ttl)
+                .await
+                .map(|taken| taken.ok_or("busy"))
+        } else {
+            redlock.lock(key, s.ttl).await.map(Ok)
+        }
+    };
+    let outcome = match tokio::time::timeout(Duration::from_secs(10), call).await {
+        Ok(Ok(Err(busy))) => return Err(format!("try_lock found a free key {busy}")),
+        Ok(Ok(Ok(guard))) => Ok(Ok(guard)),
+        Ok(Err(error)) => Ok(Err(error)),
+        Err(elapsed) => Err(elapsed),
+    };
     let mut guard = match outcome {
         Err(_) => return Err("lock did not return within 10 s on a free key".into()),
         Ok(Err(Error::Config(_) | Error::ValidityUsedUp { .. } | Error::Unreachable { .. })) => return Ok(()),
