@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub(crate) use crate::server::fresh_dir;
-use crate::server::{INSTALL_HINT, hold_port};
+use crate::server::{hold_port, spawn};
 
 /// How long a spawned process may take to answer PING. Generous, for a
 /// loaded CI machine running many tests at once.
@@ -113,17 +113,14 @@ impl Proc {
     /// `AddrInUse` when another process has one of its ports.
     pub(crate) fn spawn(&mut self) -> io::Result<()> {
         self.port_holds.clear();
-        let child = Command::new("redis-server")
-            .args(&self.args)
-            .current_dir(&self.dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, INSTALL_HINT),
-                _ => e,
-            })?;
+        let child = spawn(
+            Command::new("redis-server")
+                .args(&self.args)
+                .current_dir(&self.dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        )?;
         let pid = child.id();
         self.child = Some(child);
         let started = Instant::now();

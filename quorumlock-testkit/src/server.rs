@@ -292,10 +292,7 @@ impl RedisServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, INSTALL_HINT),
-            _ => e,
-        })?;
+        let child = spawn(&mut cmd)?;
         let pid = child.id();
         self.child = Some(child);
         let started = Instant::now();
@@ -479,4 +476,13 @@ fn reply_len(reply: &[u8]) -> Option<usize> {
         }
         _ => Some(line_end + 2),
     }
+}
+
+/// Spawns `cmd` (a `redis-server`), saying how to install Redis when it is
+/// not on PATH.
+pub(crate) fn spawn(cmd: &mut Command) -> io::Result<std::process::Child> {
+    cmd.spawn().map_err(|e| match e.kind() {
+        io::ErrorKind::NotFound => io::Error::new(io::ErrorKind::NotFound, INSTALL_HINT),
+        _ => e,
+    })
 }
