@@ -19,6 +19,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -170,17 +172,22 @@ impl Backend {
 }
 
 /// A guard on ZooKeeper: the lock taken once, or `waiting` in line.
+///
+/// Boxed, as [`etcd_guard`] is.
 #[cfg(feature = "zookeeper")]
-async fn zookeeper_guard(
-    store: &Arc<zookeeper::Store>,
-    options: &LockOptions,
-    resources: &Resources,
+fn zookeeper_guard<'a>(
+    store: &'a Arc<zookeeper::Store>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
     ttl: Duration,
     waiting: bool,
-) -> Result<Guard> {
-    let (taken, attempts) = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
-    let guard = Guard::zookeeper(store, taken, options.auto_renew, options.min_validity);
-    Ok(guard.with_attempts(attempts))
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        let (taken, attempts) = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
+        let guard = Guard::zookeeper(store, taken, options.auto_renew, options.min_validity);
+        Ok(guard.with_attempts(attempts))
+    }
+    .boxed()
 }
 
 /// The span of a lock call: `quorumlock.acquire`, with the call and the
@@ -216,17 +223,25 @@ fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> R
 }
 
 /// A guard on etcd: the lock taken once, or `waiting` in line.
+///
+/// Boxed: a lock call's future is as large as the largest path it may take,
+/// and the etcd client's request state (about 10 KB) would make every Redis
+/// lock call carry and copy it (docs/benchmarks.md has the cost). A call to
+/// etcd takes a network round trip, next to which the box costs nothing.
 #[cfg(feature = "etcd")]
-async fn etcd_guard(
-    store: &Arc<etcd::Store>,
-    options: &LockOptions,
-    resources: &Resources,
+fn etcd_guard<'a>(
+    store: &'a Arc<etcd::Store>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
     ttl: Duration,
     waiting: bool,
-) -> Result<Guard> {
-    let (taken, attempts) = etcd::acquire(store, options, resources, ttl, waiting).await?;
-    let guard = Guard::etcd(store, taken, options.auto_renew, options.min_validity);
-    Ok(guard.with_attempts(attempts))
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        let (taken, attempts) = etcd::acquire(store, options, resources, ttl, waiting).await?;
+        let guard = Guard::etcd(store, taken, options.auto_renew, options.min_validity);
+        Ok(guard.with_attempts(attempts))
+    }
+    .boxed()
 }
 
 /// The store other than Redis that the node URLs name: a cluster's one URL

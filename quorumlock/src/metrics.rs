@@ -38,6 +38,12 @@ pub(crate) const NODE_ERRORS: &str = "quorumlock_node_errors_total";
 pub(crate) const WAKEUPS: &str = "quorumlock_handoff_wakeups_total";
 /// Requests per batch sent to a node: histogram.
 pub(crate) const BATCH_SIZE: &str = "quorumlock_batch_size";
+/// How long a batch's oldest request waited in its node's queue before the
+/// batch was sent: histogram, seconds.
+pub(crate) const BATCH_QUEUE_SECONDS: &str = "quorumlock_batch_queue_seconds";
+/// Batches a node had in flight when one was sent, that one included:
+/// histogram.
+pub(crate) const BATCHES_IN_FLIGHT: &str = "quorumlock_batches_in_flight";
 
 /// Which lock call an outcome belongs to.
 #[derive(Clone, Copy, Debug)]
@@ -148,9 +154,12 @@ pub(crate) fn wakeup() {
     ::metrics::counter!(WAKEUPS).increment(1);
 }
 
-/// Records a batch of `requests` sent to a node.
-pub(crate) fn batch(requests: usize) {
+/// Records a batch of `requests` sent to a node, the oldest of which
+/// `waited` in the queue, making `in_flight` batches in flight.
+pub(crate) fn batch(requests: usize, waited: Duration, in_flight: usize) {
     ::metrics::histogram!(BATCH_SIZE).record(requests as f64);
+    ::metrics::histogram!(BATCH_QUEUE_SECONDS).record(waited);
+    ::metrics::histogram!(BATCHES_IN_FLIGHT).record(in_flight as f64);
 }
 
 #[cfg(test)]
@@ -176,6 +185,8 @@ mod tests {
             NODE_ERRORS,
             WAKEUPS,
             BATCH_SIZE,
+            BATCH_QUEUE_SECONDS,
+            BATCHES_IN_FLIGHT,
         ]
         .iter()
         .map(|name| name.trim_start_matches("quorumlock_").to_owned())

@@ -167,7 +167,8 @@ struct Args {
 
 const USAGE: &str = "usage: quorumlock-compare [--smoke] [--out DIR] [--only a,b,c,d,e,f,g,h] [--recorder]
        quorumlock-compare --loop raw|raw-all|raw-seq|quorumlock|fenced|rslock|redlock|etcd|zookeeper \
-                          [--nodes N] [--tasks T] [--secs S]   (one contender, for a profiler)";
+                          [--nodes N] [--tasks T] [--secs S] [--recorder]
+                          (one contender, for a profiler; --recorder prints the batching figures)";
 
 fn args() -> Args {
     let mut args = std::env::args().skip(1);
@@ -216,7 +217,9 @@ fn args() -> Args {
 
 /// `--loop`: one contender cycling on local nodes (or a consensus store),
 /// nothing else, so that a profiler (`perf record -g`) sees only its costs.
-fn profile_loop(kind: Kind, args: &Args) {
+/// With `--recorder`, also prints the library's batching figures (requests
+/// per batch, queue wait, batches in flight; quantiles, sum and count).
+fn profile_loop(kind: Kind, args: &Args, recorder: Option<&metrics_exporter_prometheus::PrometheusHandle>) {
     let nodes = nodes::Nodes::start(args.nodes);
     let store = consensus::is_store(kind).then(|| consensus::Store::start(kind));
     let urls = store
@@ -251,6 +254,11 @@ fn profile_loop(kind: Kind, args: &Args) {
         .filter(|(name, calls, _)| *calls > 0 && name != "info")
         .collect();
     commands.sort_by_key(|c| std::cmp::Reverse(c.1));
+    for line in recorder.map(|r| r.render()).unwrap_or_default().lines() {
+        if line.starts_with("quorumlock_batch") {
+            println!("  client: {line}");
+        }
+    }
     for (name, calls, usec) in commands {
         println!(
             "  server: {name}: {calls} calls, {:.2} µs per call",
@@ -285,9 +293,9 @@ fn main() {
     let args = args();
     // Kept for the whole run; its figures are not read (only their cost
     // counts).
-    let _recorder = args.recorder.then(install_recorder);
+    let recorder = args.recorder.then(install_recorder);
     if let Some(kind) = args.profile {
-        return profile_loop(kind, &args);
+        return profile_loop(kind, &args, recorder.as_ref());
     }
     let settings = Settings::new(args.smoke);
     let load_before = machine::load_average();

@@ -399,14 +399,21 @@ impl Guard {
             // A lock lost first was given back by its renewal task.
             #[cfg(any(feature = "etcd", feature = "zookeeper"))]
             _ if !claimed => Ok(ReleaseReport::one_member(false, None)),
+            // Boxed, so that a Redis guard's release does not carry the
+            // etcd or ZooKeeper client's request state (see
+            // `backend::etcd_guard`).
             #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => etcd::give_back(&hold.store, &self.held, &hold.keys)
-                .await
-                .map(|kept_until| ReleaseReport::one_member(kept_until.is_none(), kept_until)),
+            Store::Etcd(hold) => {
+                let given = Box::pin(etcd::give_back(&hold.store, &self.held, &hold.keys));
+                given
+                    .await
+                    .map(|kept_until| ReleaseReport::one_member(kept_until.is_none(), kept_until))
+            }
             #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => zookeeper::give_back(&hold.store, &self.held, &hold.nodes)
-                .await
-                .map(|()| ReleaseReport::one_member(true, None)),
+            Store::ZooKeeper(hold) => {
+                let given = Box::pin(zookeeper::give_back(&hold.store, &self.held, &hold.nodes));
+                given.await.map(|()| ReleaseReport::one_member(true, None))
+            }
         };
         self.released = true;
         metrics::hold(self.held.acquired_at().elapsed(), HoldEnd::Released);

@@ -1,31 +1,31 @@
-//! Coalescing of concurrent acquires and releases into one script call per
+//! Coalescing of concurrent acquires and releases into one pipeline per
 //! node.
 //!
-//! Under load, a lock's cost is dominated by per-command overhead in the
-//! servers and the client (parsing, system calls, wake-ups), not by the work
-//! of `SET NX`. So each node batches adaptively, with no timer and no delay
+//! Under load, a lock's cost is dominated by per-request overhead in the
+//! client (a hand-over, a write and a wake-up each) and by the per-call cost
+//! of the release script in the servers, not by the work of `SET NX`. So each node batches adaptively, with no timer and no delay
 //! for a lone caller:
 //! - a request that finds the node lightly used (fewer than
 //!   [`DIRECT_LIMIT`] requests sent directly in flight, nothing queued, no
 //!   batch in flight) is sent at once, as its usual single command, by the
 //!   caller itself;
 //! - requests that arrive while the node is busier queue up, and a
-//!   background task sends them as batch script calls
-//!   ([`wire::batch`](crate::wire::batch), at most
-//!   [`BATCH_MAX`] requests each), with up to two batches in flight so that
-//!   the node runs one while the client answers the other's callers (see
-//!   [`BATCHES_IN_FLIGHT`] and `take` for when the next batch goes).
+//!   background task sends them as batches, each one pipeline (its releases
+//!   in one script call, its acquires as `SET NX PX` each: see
+//!   [`wire::batch`](crate::wire::batch); at most [`BATCH_MAX`] requests),
+//!   with up to two batches in flight so that the node runs one while the
+//!   client answers the other's callers (see [`BATCHES_IN_FLIGHT`] and
+//!   `take` for when the next batch goes).
 //!
 //! Requests are sent in the order they were made (queued ones after those in
 //! flight, in queue order, over the node's one connection, which Redis serves
 //! in order), which keeps the ordering guarantee of
 //! [`Node`](crate::node::Node): a release always runs after the acquire it
 //! undoes. Inside a batch the releases run first where that cannot change
-//! any outcome, else in order (see `wire::batch::command`). Each request
-//! gets its own result; a batch
-//! that fails as a whole (the node died) fails every request in it for that
-//! node only, and the quorum layer above sees one reply per node per request,
-//! as without batching.
+//! any outcome, else in order (see `wire::batch::pipeline`). Each request
+//! gets its own result; a batch that fails as a whole (the node died) fails
+//! every request in it for that node only, and the quorum layer above sees
+//! one reply per node per request, as without batching.
 //!
 //! Only single-key acquires and releases are batched; multi-key and fenced
 //! acquires, extends, renewals (batched by the watchdog already) and
@@ -35,6 +35,7 @@
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesOrdered;
@@ -48,8 +49,11 @@ use crate::metrics;
 use crate::tasks::{BackgroundWork, Tasks};
 use crate::wire::batch::{self as wire_batch, BATCH_MAX, Op};
 
-/// Where a queued request's outcome goes: granted / deleted or not.
-type ReplyTo = oneshot::Sender<RedisResult<bool>>;
+/// A request's outcome: granted / deleted or not.
+type Outcome = RedisResult<bool>;
+
+/// Where a queued request's outcome goes.
+type ReplyTo = oneshot::Sender<Outcome>;
 
 /// A node's queue of requests waiting for the one in flight.
 #[derive(Debug)]
@@ -68,6 +72,10 @@ struct State {
     /// run requests in the order they were made.
     flusher: Option<JoinHandle<()>>,
     queue: Vec<(Op, ReplyTo)>,
+    /// When the queue last went from empty to holding a request: how long
+    /// the next batch's oldest request waited, for the metrics (one clock
+    /// reading per batch, not one per request).
+    queued_since: Option<Instant>,
 }
 
 impl State {
@@ -134,6 +142,9 @@ pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> 
             Ok(op)
         } else {
             let (reply, answer) = oneshot::channel();
+            if state.queue.is_empty() {
+                state.queued_since = Some(Instant::now());
+            }
             state.queue.push((op, reply));
             if !flushing && state.direct == 0 {
                 // Nothing in flight whose completion would start the flush
@@ -185,7 +196,8 @@ impl Drop for Direct {
 /// Two, so that the node and the client work at the same time: while the
 /// node runs one batch, the client answers the callers of the other and
 /// gathers their next requests. With one batch in flight they take turns,
-/// and each waits while the other works, busy half the time.
+/// and each waits while the other works, busy half the time (measured in
+/// docs/benchmarks.md, with the batch sizes each gives).
 const BATCHES_IN_FLIGHT: usize = 2;
 
 /// Sends queued requests in batches, at most [`BATCHES_IN_FLIGHT`] in flight
@@ -197,16 +209,17 @@ async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
     let mut carried = 0;
     loop {
         while pending.len() < BATCHES_IN_FLIGHT {
-            let Some(batch) = take(&batcher, carried) else {
+            let Some((batch, waited)) = take(&batcher, carried) else {
                 break;
             };
             carried += batch.len();
+            metrics::batch(batch.len(), waited, pending.len() + 1);
             pending.push_back(send(&conn, batch).await);
         }
         match pending.next().await {
-            Some((batch, reply)) => {
+            Some((batch, outcomes)) => {
                 carried -= batch.len();
-                answer(batch, reply);
+                answer(batch, outcomes);
                 // Let the callers just answered run before looking at the
                 // queue: their next requests (a release after an acquire,
                 // the next lock) then join the next batch instead of one of
@@ -233,46 +246,47 @@ async fn flush(batcher: Arc<Batcher>, conn: Arc<Conn>) {
 /// most [`BATCH_MAX`]), but only once that holds at least half as many
 /// requests as the batch in flight; until then the queue keeps gathering,
 /// and the node is spared a stream of small batches, each of which costs it
-/// a wake-up and a script call (the batching tests count the script calls
-/// this saves).
-fn take(batcher: &Batcher, carried: usize) -> Option<Vec<(Op, ReplyTo)>> {
+/// a wake-up and a script call for its releases (the batching tests count
+/// the script calls this saves).
+///
+/// Also returns how long the batch's oldest request waited in the queue (at
+/// most: the second half of a queue taken in two waited a little less).
+fn take(batcher: &Batcher, carried: usize) -> Option<(Vec<(Op, ReplyTo)>, Duration)> {
     let mut state = batcher.state();
     let queued = state.queue.len();
     if queued == 0 || queued * 2 < carried {
         return None;
     }
     let n = if carried == 0 { queued.div_ceil(2) } else { queued };
-    Some(state.queue.drain(..n.min(BATCH_MAX)).collect())
+    let batch: Vec<_> = state.queue.drain(..n.min(BATCH_MAX)).collect();
+    let waited = state.queued_since.map_or(Duration::ZERO, |since| since.elapsed());
+    if state.queue.is_empty() {
+        state.queued_since = None;
+    }
+    Some((batch, waited))
 }
 
 /// Hands `batch` over to the connection and returns the future of its reply.
 async fn send(
     conn: &Arc<Conn>,
     mut batch: Vec<(Op, ReplyTo)>,
-) -> impl Future<Output = (Vec<(Op, ReplyTo)>, RedisResult<redis::Value>)> + use<> {
-    metrics::batch(batch.len());
-    let cmd = if let [(op, _)] = batch.as_slice() {
-        op.command()
-    } else {
-        wire_batch::command(&mut batch)
-    };
-    let started = conn.start_command(cmd).await;
+) -> impl Future<Output = (Vec<(Op, ReplyTo)>, RedisResult<Vec<Outcome>>)> + use<> {
+    let (pipe, layout) = wire_batch::pipeline(&mut batch);
+    let started = conn.start_pipeline(pipe).await;
     let conn = Arc::clone(conn);
     async move {
-        let reply = match started {
+        let replies = match started {
             Ok(started) => conn.finish(started).await,
             Err(error) => Err(error),
         };
-        (batch, reply)
+        let outcomes = replies.and_then(|replies| wire_batch::outcomes(&batch, layout, replies));
+        (batch, outcomes)
     }
 }
 
-/// Gives each request of `batch` its outcome from the batch's `reply`.
-fn answer(batch: Vec<(Op, ReplyTo)>, reply: RedisResult<redis::Value>) {
-    let outcomes = reply.and_then(|reply| match batch.as_slice() {
-        [(op, _)] => Ok(vec![op.parse(reply)]),
-        _ => wire_batch::outcomes(batch.len(), reply),
-    });
+/// Gives each request of `batch` its outcome, or every one the error that
+/// failed the whole batch.
+fn answer(batch: Vec<(Op, ReplyTo)>, outcomes: RedisResult<Vec<Outcome>>) {
     match outcomes {
         Ok(outcomes) => {
             for ((_, reply), outcome) in batch.into_iter().zip(outcomes) {

@@ -137,10 +137,12 @@ impl Conn {
         self.finish(started).await
     }
 
-    /// Hands `cmd` over (its place in the node's order is fixed when this
-    /// returns) without waiting for the reply; see [`Conn::finish`].
-    pub(crate) async fn start_command(&self, cmd: Cmd) -> RedisResult<Started<Value>> {
-        self.start(move |mut conn| async move { conn.send_packed_command(&cmd).await })
+    /// Hands the commands of `pipe` over as one unit (their place in the
+    /// node's order is fixed when this returns) without waiting for the
+    /// replies (server errors stay in the list); see [`Conn::finish`].
+    pub(crate) async fn start_pipeline(&self, pipe: Pipeline) -> RedisResult<Started<Vec<Value>>> {
+        let count = pipe.len();
+        self.start(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
             .await
     }
 

@@ -1,14 +1,16 @@
 //! A node's batch on the wire: concurrent single-key acquires and releases
-//! in one script call (the node layer decides when to batch).
+//! as one pipeline, its releases in one script call (the node layer decides
+//! when to batch).
 //!
-//! One call for many requests saves the per-command overhead of the server
-//! and the client under load. Each request is atomic on its own, as its
-//! one-command form is. Batches mix keys of any hash slot, so they are for
-//! independent masters, not Redis Cluster members.
+//! One pipeline for many requests saves the client a write and a hand-over
+//! per request under load, and one script call for many releases saves the
+//! node the per-call cost of a script. Each request is atomic on its own,
+//! as its one-command form is. Batches mix keys of any hash slot, so they
+//! are for independent masters, not Redis Cluster members.
 
 use std::sync::Arc;
 
-use redis::{Cmd, RedisError, RedisResult, Value};
+use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use super::keys;
 use super::lock::{Acquire, Release, set_nx};
@@ -17,12 +19,12 @@ use super::reply::{integers, set_nx_granted, unix_ms, wrong_reply_count};
 use super::request::Request;
 use super::script::script;
 
-/// Requests per batch script call. Redis serves nothing else while a script
-/// runs; 512 single-key operations take well under a millisecond.
+/// Requests per batch. Redis serves nothing else while a script runs; 512
+/// single-key releases take well under a millisecond.
 pub(crate) const BATCH_MAX: usize = 512;
 
-/// The Lua function `acquire(key, token, ttl_ms)` of the batch scripts: one
-/// `SET NX PX`, as a status (`1` granted, `0` refused, `-1` failed, e.g. out
+/// The Lua function `acquire(key, token, ttl_ms)` of [`BATCH_IN_ORDER`]:
+/// one `SET NX PX`, as a status (`1` granted, `0` refused, `-1` failed, e.g. out
 /// of memory; that request fails alone).
 macro_rules! acquire_lua {
     () => {
@@ -41,68 +43,55 @@ end
 }
 
 script! {
-    /// A batch of single-key acquires (`SET NX PX`) and releases (the
-    /// owner-checked delete and announcement of
-    /// [`RELEASE`](super::lock::RELEASE)), with one status per request: `1`
-    /// granted / deleted, `0` refused / not ours, `-1` the key has the wrong
-    /// type (that request fails alone).
+    /// The releases of a batch: the owner-checked delete and announcement of
+    /// [`RELEASE`](super::lock::RELEASE) for each, with one status per
+    /// release: `1` deleted, `0` not ours, `-1` the key has the wrong type
+    /// (that release fails alone). The batch's acquires follow it in the
+    /// same pipeline as top-level `SET NX PX` (see [`pipeline`]).
     ///
-    /// The releases run first, which the client allows only when that keeps
-    /// the outcome of the order in which the requests were made (see
-    /// [`command`]; else it sends [`BATCH_IN_ORDER`]). They run together,
-    /// as one `MGET` for the owner checks, one `DEL` of the keys that are
-    /// ours and one `EXISTS` over their queues (a queue is popped and
-    /// announced only when some queue exists). Inside a script every
-    /// `redis.call` costs about a microsecond of conversions on top of the
-    /// command itself, more than `GET`, `DEL` or `ZPOPMIN` cost; three calls
-    /// per batch instead of three per release is what makes a batch cheaper
-    /// for the node than pipelined single commands. `MGET` answers nil for a
-    /// key of another type, so a nil is told apart from a missing key by an
-    /// `EXISTS`. The acquires follow, one `SET NX PX` each: Redis has no
-    /// multi-key `SET` with a ttl.
+    /// The releases run together, as one `MGET` for the owner checks, one
+    /// `DEL` of the keys that are ours and one `EXISTS` over their queues (a
+    /// queue is popped and announced only when some queue exists). Inside a
+    /// script every `redis.call` costs about a microsecond of conversions on
+    /// top of the command itself, more than `GET`, `DEL` or `ZPOPMIN` cost;
+    /// three calls per batch instead of three per release is what makes
+    /// this cheaper for the node than one release script per request.
+    /// `MGET` answers nil for a key of another type, so a nil is told apart
+    /// from a missing key by an `EXISTS`.
     ///
-    /// KEYS: the r released keys, their r queue keys, then the acquired keys;
-    /// ARGV: the client's clock in unix ms (for the announcement), r, a token
-    /// per release, then a token and a ttl in ms per acquire. Statuses come
-    /// releases first, then acquires, each in KEYS order. Bounded: at most
-    /// [`BATCH_MAX`] requests, a constant number of calls per key plus one
-    /// announcement per deleted key.
+    /// KEYS: the r released keys, then their r queue keys; ARGV: the
+    /// client's clock in unix ms (for the announcement), then a token per
+    /// release. Statuses in KEYS order. Bounded: at most [`BATCH_MAX`]
+    /// releases, a constant number of calls per key plus one announcement
+    /// per deleted key.
     BATCH = concat!(
     announce_lua!(),
-    acquire_lua!(),
     r"
 local now_ms = tonumber(ARGV[1])
-local releases = tonumber(ARGV[2])
+local releases = #KEYS / 2
 local out = {}
-if releases > 0 then
-  local values = redis.call('MGET', unpack(KEYS, 1, releases))
-  local freed, tokens, queues = {}, {}, {}
-  for i = 1, releases do
-    local token = ARGV[2 + i]
-    if values[i] == token then
-      out[i] = 1
-      freed[#freed + 1] = KEYS[i]
-      tokens[#tokens + 1] = token
-      queues[#queues + 1] = KEYS[releases + i]
-    elseif values[i] == false and redis.call('EXISTS', KEYS[i]) == 1 then
-      out[i] = -1
-    else
-      out[i] = 0
-    end
-  end
-  if #freed > 0 then
-    redis.call('DEL', unpack(freed))
-    if redis.pcall('EXISTS', unpack(queues)) ~= 0 then
-      for j = 1, #freed do
-        announce(queues[j], tokens[j], now_ms)
-      end
-    end
+local values = redis.call('MGET', unpack(KEYS, 1, releases))
+local freed, tokens, queues = {}, {}, {}
+for i = 1, releases do
+  local token = ARGV[1 + i]
+  if values[i] == token then
+    out[i] = 1
+    freed[#freed + 1] = KEYS[i]
+    tokens[#tokens + 1] = token
+    queues[#queues + 1] = KEYS[releases + i]
+  elseif values[i] == false and redis.call('EXISTS', KEYS[i]) == 1 then
+    out[i] = -1
+  else
+    out[i] = 0
   end
 end
-local a = 3 + releases
-for i = 2 * releases + 1, #KEYS do
-  out[#out + 1] = acquire(KEYS[i], ARGV[a], ARGV[a + 1])
-  a = a + 2
+if #freed > 0 then
+  redis.call('DEL', unpack(freed))
+  if redis.pcall('EXISTS', unpack(queues)) ~= 0 then
+    for j = 1, #freed do
+      announce(queues[j], tokens[j], now_ms)
+    end
+  end
 end
 return out
 "
@@ -110,11 +99,12 @@ return out
 }
 
 script! {
-    /// [`BATCH`] for a batch in which a release follows another request on its
-    /// key: the requests run one by one, in the order they were made (a
-    /// release queued behind the acquire it undoes must see that key set), at
-    /// the cost of two to three inner calls per release instead of three per
-    /// batch. Same statuses as [`BATCH`], in request order. KEYS: per request
+    /// A batch in which a release follows another request on its key: the
+    /// requests run one by one, in the order they were made (a release queued
+    /// behind the acquire it undoes must see that key set), at the cost of
+    /// two to three inner calls per release instead of three per batch, and
+    /// a call per acquire. Statuses as [`BATCH`]'s, in request order (`1`
+    /// also granted, `0` refused). KEYS: per request
     /// its key (acquire) or its key and queue key (release); ARGV: the
     /// client's clock in unix ms, then per request `a`, token, ttl in ms
     /// (acquire) or `r`, token (release). Bounded as [`BATCH`].
@@ -206,36 +196,62 @@ impl Op {
     }
 }
 
-/// Several requests as one batch call: [`BATCH`], after moving the releases
-/// to the front of `batch` (its order is then the order of the statuses),
-/// when that keeps the outcome of running them in order; else
-/// [`BATCH_IN_ORDER`].
-pub(crate) fn command<T>(batch: &mut [(Op, T)]) -> Cmd {
-    if !releases_may_go_first(batch) {
-        return in_order(batch);
+/// How the replies to a batch's [`pipeline`] map onto its requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// One request, as its usual single command.
+    Single,
+    /// One [`BATCH_IN_ORDER`] call with a status per request.
+    InOrder,
+    /// The first `releases` requests in one [`BATCH`] call (none when
+    /// `releases` is 0), then one `SET NX PX` reply per acquire.
+    Grouped { releases: usize },
+}
+
+/// A batch of requests as one pipeline, and how to read its replies.
+///
+/// Where running every release first keeps the outcome of the order in
+/// which the requests were made, `batch` is reordered releases first (its
+/// order is then the order of the outcomes), the releases go as one
+/// [`BATCH`] call and the acquires follow as top-level `SET NX PX`: an
+/// acquire costs a node less as its own command in a pipeline than as a
+/// call inside a script, which converts its arguments and its reply
+/// (docs/benchmarks.md has the counts). Otherwise the batch is one
+/// [`BATCH_IN_ORDER`] call.
+pub(crate) fn pipeline<T>(batch: &mut [(Op, T)]) -> (Pipeline, Layout) {
+    let mut pipe = redis::pipe();
+    if let [(op, _)] = batch {
+        pipe.add_command(op.command());
+        return (pipe, Layout::Single);
     }
-    // Stable: acquires of one key keep their order, and the statuses are
+    if !releases_may_go_first(batch) {
+        pipe.add_command(in_order(batch));
+        return (pipe, Layout::InOrder);
+    }
+    // Stable: acquires of one key keep their order, and the outcomes are
     // matched by position.
     batch.sort_by_key(|(op, _)| !op.is_release());
     let releases = batch.partition_point(|(op, _)| op.is_release());
-    let mut cmd = BATCH.begin(batch.len() + releases);
-    for (op, _) in &batch[..releases] {
-        cmd.arg(op.key());
-    }
-    for (op, _) in &batch[..releases] {
-        cmd.arg(keys::Queue(op.key()));
+    if releases > 0 {
+        let mut cmd = BATCH.begin(2 * releases);
+        for (op, _) in &batch[..releases] {
+            cmd.arg(op.key());
+        }
+        for (op, _) in &batch[..releases] {
+            cmd.arg(keys::Queue(op.key()));
+        }
+        cmd.arg(unix_ms());
+        for (op, _) in &batch[..releases] {
+            if let Op::Release(release) = op {
+                cmd.arg(&*release.token);
+            }
+        }
+        pipe.add_command(cmd);
     }
     for (op, _) in &batch[releases..] {
-        cmd.arg(op.key());
+        pipe.add_command(op.command());
     }
-    cmd.arg(unix_ms()).arg(releases);
-    for (op, _) in batch.iter() {
-        match op {
-            Op::Release(release) => cmd.arg(&*release.token),
-            Op::Acquire { token, ttl_ms, .. } => cmd.arg(&**token).arg(ttl_ms),
-        };
-    }
-    cmd
+    (pipe, Layout::Grouped { releases })
 }
 
 /// Running every release of `batch` first, then every acquire in their
@@ -277,9 +293,40 @@ fn in_order<T>(batch: &[(Op, T)]) -> Cmd {
     cmd
 }
 
-/// The outcome of each of `len` requests from a batch call's reply: granted
-/// / deleted, refused / not ours, or that request's own error.
-pub(crate) fn outcomes(len: usize, reply: Value) -> RedisResult<Vec<RedisResult<bool>>> {
+/// The outcome of each request of `batch` (as [`pipeline`] left it, laid
+/// out as `layout`) from the pipeline's `replies`: granted / deleted,
+/// refused / not ours, or that request's own error.
+pub(crate) fn outcomes<T>(
+    batch: &[(Op, T)],
+    layout: Layout,
+    mut replies: Vec<Value>,
+) -> RedisResult<Vec<RedisResult<bool>>> {
+    let (script, acquires) = match layout {
+        Layout::Single => {
+            let [(op, _)] = batch else {
+                return Err(wrong_reply_count());
+            };
+            let reply = replies.pop().ok_or_else(wrong_reply_count)?;
+            return Ok(vec![op.parse(reply)]);
+        }
+        Layout::InOrder => (batch.len(), 0),
+        Layout::Grouped { releases } => (releases, batch.len() - releases),
+    };
+    if replies.len() != usize::from(script > 0) + acquires {
+        return Err(wrong_reply_count());
+    }
+    let mut replies = replies.into_iter();
+    let mut out = match (script, replies.next()) {
+        (0, first) => first.into_iter().map(set_nx_granted).collect(),
+        (_, Some(reply)) => statuses(script, reply)?,
+        (_, None) => return Err(wrong_reply_count()),
+    };
+    out.extend(replies.map(set_nx_granted));
+    Ok(out)
+}
+
+/// The statuses of a batch script's `len` requests.
+fn statuses(len: usize, reply: Value) -> RedisResult<Vec<RedisResult<bool>>> {
     let statuses = integers("the batch script", reply)?;
     if statuses.len() != len {
         return Err(wrong_reply_count());
@@ -348,34 +395,69 @@ mod tests {
         }
     }
 
+    fn commands(pipe: &Pipeline) -> Vec<Vec<String>> {
+        pipe.cmd_iter().map(args).collect()
+    }
+
     #[test]
-    fn a_grouped_batch_lists_releases_first_with_their_queues_and_keeps_the_rest_in_order() {
+    fn a_grouped_batch_sends_its_releases_in_one_call_then_each_acquire() {
         let mut ops = batch(&[("a", "k1"), ("r", "k2"), ("a", "k3"), ("r", "k4")]);
-        let cmd = command(&mut ops);
+        let (pipe, layout) = pipeline(&mut ops);
+        assert_eq!(layout, Layout::Grouped { releases: 2 });
         let keys: Vec<&str> = ops.iter().map(|(op, _)| op.key()).collect();
         assert_eq!(keys, ["k2", "k4", "k1", "k3"]);
-        let args = args(&cmd);
-        // EVALSHA sha numkeys keys... now releases tokens...
-        assert_eq!(args[0], "EVALSHA");
+        let commands = commands(&pipe);
+        assert_eq!(commands.len(), 3);
+        // EVALSHA sha numkeys keys... now tokens...
+        assert_eq!(commands[0][0], "EVALSHA");
         assert_eq!(
-            args[2..9],
+            commands[0][2..7],
             [
-                "6",
+                "4",
                 "k2",
                 "k4",
                 "quorumlock:waiters:{k2}",
-                "quorumlock:waiters:{k4}",
-                "k1",
-                "k3"
+                "quorumlock:waiters:{k4}"
             ]
         );
-        assert_eq!(args[10..], ["2", "t", "t", "t", "1", "t", "1"]);
+        assert_eq!(commands[0][8..], ["t", "t"]);
+        assert_eq!(commands[1], ["SET", "k1", "t", "NX", "PX", "1"]);
+        assert_eq!(commands[2], ["SET", "k3", "t", "NX", "PX", "1"]);
+    }
+
+    #[test]
+    fn outcomes_follow_the_layout_and_fail_alone() {
+        let ops = batch(&[("r", "k2"), ("a", "k1"), ("a", "k3")]);
+        let replies = vec![
+            Value::Array(vec![Value::Int(1)]),
+            Value::Nil,
+            redis::parse_redis_value(b"-OOM command not allowed\r\n").unwrap(),
+        ];
+        let each = outcomes(&ops, Layout::Grouped { releases: 1 }, replies).unwrap();
+        assert!(matches!(each[..], [Ok(true), Ok(false), Err(_)]));
+        let too_few = outcomes_len(&ops, Layout::Grouped { releases: 1 }, vec![Value::Nil]);
+        assert!(too_few.is_err());
+        let acquires = batch(&[("a", "k1"), ("a", "k3")]);
+        let granted = outcomes(
+            &acquires,
+            Layout::Grouped { releases: 0 },
+            vec![Value::Okay, Value::Nil],
+        );
+        assert!(matches!(granted.unwrap()[..], [Ok(true), Ok(false)]));
+    }
+
+    fn outcomes_len(ops: &[(Op, ())], layout: Layout, replies: Vec<Value>) -> RedisResult<usize> {
+        outcomes(ops, layout, replies).map(|o| o.len())
     }
 
     #[test]
     fn an_ordered_batch_gives_each_release_its_queue() {
         let mut ops = batch(&[("a", "x"), ("r", "x")]);
-        let args = args(&command(&mut ops));
+        let (pipe, layout) = pipeline(&mut ops);
+        assert_eq!(layout, Layout::InOrder);
+        let commands = commands(&pipe);
+        assert_eq!(commands.len(), 1);
+        let args = &commands[0];
         assert_eq!(args[2..6], ["3", "x", "x", "quorumlock:waiters:{x}"]);
         assert_eq!(args[7..], ["a", "t", "1", "r", "t"]);
     }
