@@ -238,8 +238,8 @@ impl RedlockBuilder {
         self
     }
 
-    /// Whether concurrent acquires and releases to a node are sent as one
-    /// script call. The default is [`DEFAULT_BATCHING`].
+    /// Whether concurrent acquires and releases to a node are sent together
+    /// as one pipeline. The default is [`DEFAULT_BATCHING`].
     pub fn batching(mut self, on: bool) -> Self {
         self.batching = on;
         self

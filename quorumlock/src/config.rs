@@ -61,13 +61,15 @@ pub const DEFAULT_DRIFT_FIXED: Duration = Duration::from_millis(2);
 pub const DEFAULT_HEAL: bool = true;
 
 /// Whether concurrent single-key acquires and releases to a node are
-/// coalesced into one script call (default on).
+/// coalesced into one pipeline, the releases into one script call (default
+/// on).
 ///
 /// A lone caller is never delayed: while few requests are in flight to a
 /// node, each goes at once as a single command. Beyond that, the requests
-/// that queue while a batch is in flight go together in the next script
-/// call, which saves the servers' and the client's per-command overhead
-/// when many tasks lock at once (docs/benchmarks.md has the figures).
+/// that queue while a batch is in flight go together in the next batch,
+/// which saves the client a write and a hand-over per request and the
+/// servers a script call per release when many tasks lock at once
+/// (docs/benchmarks.md has the figures).
 ///
 /// Turn it off for nodes that are Redis Cluster members (a batch mixes keys
 /// of any hash slot), and where a few loops drive many futures from one

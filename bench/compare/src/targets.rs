@@ -41,17 +41,6 @@ pub fn push_max(targets: &mut Vec<Target>, scenario: &'static str, what: &str, v
     push(targets, scenario, what, value, |v| v <= max);
 }
 
-/// Records a target that `value` be below `limit` (strictly).
-pub fn push_below(
-    targets: &mut Vec<Target>,
-    scenario: &'static str,
-    what: &str,
-    value: Option<f64>,
-    limit: f64,
-) {
-    push(targets, scenario, what, value, |v| v < limit);
-}
-
 /// Records a target that `value` be at least `min`.
 pub fn push_min(targets: &mut Vec<Target>, scenario: &'static str, what: &str, value: Option<f64>, min: f64) {
     push(targets, scenario, what, value, |v| v >= min);

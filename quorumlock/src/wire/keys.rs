@@ -39,12 +39,19 @@ pub(crate) fn queue(resource: &str) -> String {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Queue<'a>(pub(crate) &'a str);
 
+impl<'a> Queue<'a> {
+    /// The key's text in pieces, to be written one after the other.
+    fn parts(self) -> [&'a str; 5] {
+        match semaphore_of(self.0) {
+            Some(name) => ["quorumlock:waiters:{", name, "}:permits", "", ""],
+            None => derived_parts("quorumlock:waiters:", self.0),
+        }
+    }
+}
+
 impl fmt::Display for Queue<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match semaphore_of(self.0) {
-            Some(name) => write!(f, "quorumlock:waiters:{{{name}}}:permits"),
-            None => write_derived(f, "quorumlock:waiters:", self.0),
-        }
+        self.parts().iter().try_for_each(|part| f.write_str(part))
     }
 }
 
@@ -70,9 +77,15 @@ fn semaphore_of(key: &str) -> Option<&str> {
     (digits && !name.is_empty() && !name.contains('{')).then_some(name)
 }
 
+/// Written piece by piece, without the formatting machinery, which costs
+/// more than the rest of a release's command (`docs/benchmarks.md`).
 impl redis::ToRedisArgs for Queue<'_> {
     fn write_redis_args<W: ?Sized + redis::RedisWrite>(&self, out: &mut W) {
-        out.write_arg_fmt(self);
+        let mut arg = out.writer_for_next_arg();
+        for part in self.parts() {
+            // Writing to the command's own buffer cannot fail.
+            let _ = std::io::Write::write_all(&mut arg, part.as_bytes());
+        }
     }
 }
 
@@ -113,17 +126,15 @@ pub(crate) fn is_reserved(resource: &str) -> bool {
 /// and no tag reproduces that: its derived keys are `prefix` + resource, in
 /// another slot, which only matters to Redis Cluster members.
 fn derived(prefix: &str, resource: &str) -> String {
-    let mut key = String::new();
-    let _ = write_derived(&mut key, prefix, resource);
-    key
+    derived_parts(prefix, resource).concat()
 }
 
-/// Writes the key [`derived`] names.
-fn write_derived(out: &mut impl fmt::Write, prefix: &str, resource: &str) -> fmt::Result {
+/// The key [`derived`] names, in pieces to be written one after the other.
+fn derived_parts<'a>(prefix: &'a str, resource: &'a str) -> [&'a str; 5] {
     match hash_tag(resource) {
-        Some(tag) => write!(out, "{prefix}{{{tag}}}:{resource}"),
-        None if !resource.contains('}') => write!(out, "{prefix}{{{resource}}}"),
-        None => write!(out, "{prefix}{resource}"),
+        Some(tag) => [prefix, "{", tag, "}:", resource],
+        None if !resource.contains('}') => [prefix, "{", resource, "}", ""],
+        None => [prefix, resource, "", "", ""],
     }
 }
 
@@ -190,6 +201,20 @@ mod tests {
     fn a_name_with_a_brace_and_no_tag_still_gets_a_reserved_key() {
         for resource in ["a}b", "{}x"] {
             assert_eq!(fence(resource), format!("quorumlock:fence:{resource}"));
+        }
+    }
+
+    #[test]
+    fn a_queue_key_as_a_command_argument_is_its_text() {
+        for resource in [
+            "stock:42",
+            "a{user:1}b",
+            "a}b",
+            "{pool}:permit:3",
+            "{pool}:permit:x",
+        ] {
+            let args = redis::ToRedisArgs::to_redis_args(&Queue(resource));
+            assert_eq!(args, [queue(resource).into_bytes()], "{resource}");
         }
     }
 

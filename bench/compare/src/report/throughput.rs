@@ -8,7 +8,7 @@ use super::consensus;
 use crate::Settings;
 use crate::contender::Kind;
 use crate::stats::{fmt_ratio, median};
-use crate::targets::{Target, push_below, push_min};
+use crate::targets::{Target, push_max, push_min};
 use crate::throughput::{self, Rate};
 
 pub fn tables(md: &mut String, rates: &[Rate], s: &Settings, targets: &mut Vec<Target>) {
@@ -129,30 +129,18 @@ fn ratio_table(md: &mut String, rates: &[Rate]) {
 }
 
 /// Batching is to make quorumlock faster than the raw limit and cheaper in
-/// CPU per cycle, at N = 3 and 5.
+/// CPU per cycle from 64 tasks on, at N = 3 and 5; with 256 tasks no slower
+/// than the 1.5x raw of the full run before the batches' acquires became
+/// top-level commands.
 fn batching_targets(rates: &[Rate], targets: &mut Vec<Target>) {
     let ours_over_raw = |tasks, n| rate_ratio(rates, Kind::Ours, Kind::Raw, tasks, n);
-    push_min(
-        targets,
-        "(b)",
-        "N=5, 64 tasks: >= 1.4x raw (batching)",
-        ours_over_raw(64, 5),
-        1.4,
-    );
-    push_min(
-        targets,
-        "(b)",
-        "N=5, 256 tasks: >= 1.6x raw (batching)",
-        ours_over_raw(256, 5),
-        1.6,
-    );
-    push_min(
-        targets,
-        "(b)",
-        "N=3, 64 tasks: >= 1.3x raw (batching)",
-        ours_over_raw(64, 3),
-        1.3,
-    );
+    for (what, tasks, n, min) in [
+        ("N=5, 64 tasks: >= 1.3x raw (batching)", 64, 5, 1.3),
+        ("N=3, 64 tasks: >= 1.2x raw (batching)", 64, 3, 1.2),
+        ("N=5, 256 tasks: >= 1.5x raw (batching)", 256, 5, 1.5),
+    ] {
+        push_min(targets, "(b)", what, ours_over_raw(tasks, n), min);
+    }
     // CPU per cycle, the median of per-round ratios like the rates.
     let cpu_ratio = |tasks: usize, cpu: fn(&Rate) -> &[f64]| -> Option<f64> {
         let (ours, raw) = (
@@ -161,17 +149,17 @@ fn batching_targets(rates: &[Rate], targets: &mut Vec<Target>) {
         );
         median(cpu(ours).iter().zip(cpu(raw)).map(|(x, y)| x / y))
     };
-    push_below(
+    push_max(
         targets,
         "(b)",
-        "N=5, 64 tasks: client CPU per cycle below raw's",
+        "N=5, 64 tasks: client CPU per cycle <= 0.6x raw's",
         cpu_ratio(64, |r| &r.client_us),
-        1.0,
+        0.6,
     );
-    push_below(
+    push_max(
         targets,
         "(b)",
-        "N=5, 64 tasks: node CPU per cycle below raw's",
+        "N=5, 64 tasks: node CPU per cycle <= raw's",
         cpu_ratio(64, |r| &r.server_us),
         1.0,
     );
