@@ -87,6 +87,7 @@ async fn every_waiter_is_served_within_its_wait_while_permits_are_released() {
     }
     let wait = Duration::from_secs(15);
     let mut waiters = Vec::new();
+    let sets_before: Vec<i64> = servers.iter().map(|s| calls(s, "set")).collect();
     let started = Instant::now();
     for n in 0..2 * K {
         let pool: Arc<Semaphore> = Arc::new(slow_polling(&servers, wait).semaphore("turns", K).unwrap());
@@ -99,6 +100,19 @@ async fn every_waiter_is_served_within_its_wait_while_permits_are_released() {
         }));
         // One at a time, so that their places in line are known.
         in_line(&servers, "turns", n as i64 + 1).await;
+        // In line, a waiter sweeps the permits once more (a release before
+        // it registered woke nobody), and that sweep may take a permit freed
+        // meanwhile, ahead of the line. So the line is the only order once
+        // that sweep is over: K refused `SET`s per node before registering
+        // and K after.
+        let sweeps_done = (n as i64 + 1) * 2 * K as i64;
+        eventually("the waiter's sweeps are over", Duration::from_secs(5), || {
+            servers
+                .iter()
+                .zip(&sets_before)
+                .all(|(s, before)| calls(s, "set") - before >= sweeps_done)
+        })
+        .await;
     }
     let all_in_line = Instant::now();
     for permit in held {
