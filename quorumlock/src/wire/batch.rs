@@ -303,10 +303,9 @@ pub(crate) fn outcomes<T>(
 ) -> RedisResult<Vec<RedisResult<bool>>> {
     let (script, acquires) = match layout {
         Layout::Single => {
-            let [(op, _)] = batch else {
+            let ([(op, _)], Some(reply), None) = (batch, replies.pop(), replies.pop()) else {
                 return Err(wrong_reply_count());
             };
-            let reply = replies.pop().ok_or_else(wrong_reply_count)?;
             return Ok(vec![op.parse(reply)]);
         }
         Layout::InOrder => (batch.len(), 0),
@@ -318,7 +317,9 @@ pub(crate) fn outcomes<T>(
     let mut replies = replies.into_iter();
     let mut out = match (script, replies.next()) {
         (0, first) => first.into_iter().map(set_nx_granted).collect(),
-        (_, Some(reply)) => statuses(script, reply)?,
+        // A script that failed as a whole (`NOSCRIPT`, a busy node) fails
+        // its own requests; the acquires after it ran, and keep theirs.
+        (_, Some(reply)) => statuses(script, reply).unwrap_or_else(|error| vec![Err(error); script]),
         (_, None) => return Err(wrong_reply_count()),
     };
     out.extend(replies.map(set_nx_granted));
@@ -437,6 +438,15 @@ mod tests {
         assert!(matches!(each[..], [Ok(true), Ok(false), Err(_)]));
         let too_few = outcomes_len(&ops, Layout::Grouped { releases: 1 }, vec![Value::Nil]);
         assert!(too_few.is_err());
+        // The release call refused as a whole: its releases fail, the
+        // acquires that ran after it keep their outcomes.
+        let replies = vec![
+            redis::parse_redis_value(b"-NOSCRIPT No matching script\r\n").unwrap(),
+            Value::Okay,
+            Value::Nil,
+        ];
+        let each = outcomes(&ops, Layout::Grouped { releases: 1 }, replies).unwrap();
+        assert!(matches!(each[..], [Err(_), Ok(true), Ok(false)]));
         let acquires = batch(&[("a", "k1"), ("a", "k3")]);
         let granted = outcomes(
             &acquires,
