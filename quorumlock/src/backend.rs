@@ -225,7 +225,7 @@ fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> R
 /// A guard on etcd: the lock taken once, or `waiting` in line.
 ///
 /// Boxed: a lock call's future is as large as the largest path it may take,
-/// and the etcd client's request state (about 10 KB) would make every Redis
+/// and the etcd client's request state (about 12 KB) would make every Redis
 /// lock call carry and copy it (docs/benchmarks.md has the cost). A call to
 /// etcd takes a network round trip, next to which the box costs nothing.
 #[cfg(feature = "etcd")]
