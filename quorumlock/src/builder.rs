@@ -4,6 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redlock::node::{Node, ReplicaAck, Settings};
+use crate::backend::redlock::quorum::Quorum;
+use crate::backend::redlock::shared::Shared;
 use crate::backend::{self, Backend};
 use crate::client::Redlock;
 use crate::config::{
@@ -11,10 +14,7 @@ use crate::config::{
     DEFAULT_NODE_TIMEOUT, MAX_TTL, Timing,
 };
 use crate::error::{Error, Result, Setting};
-use crate::lock::shared::Shared;
-use crate::node::{Node, ReplicaAck, Settings};
 use crate::options::LockOptions;
-use crate::quorum::Quorum;
 use crate::redact::redact_url;
 use crate::tasks::Tasks;
 

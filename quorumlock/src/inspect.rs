@@ -17,14 +17,14 @@ use tokio::time::Instant;
 
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 use crate::backend::Backend;
+use crate::backend::redlock::node::Acked;
+use crate::backend::redlock::quorum::Quorum;
+use crate::backend::redlock::wire::inspect::{Content, Facts, ForceDelete, Inspect};
+use crate::backend::redlock::wire::keys;
+use crate::backend::redlock::wire::lock::Release;
 use crate::client::Redlock;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::resources::Resources;
-use crate::node::Acked;
-use crate::quorum::Quorum;
-use crate::wire::inspect::{Content, Facts, ForceDelete, Inspect};
-use crate::wire::keys;
-use crate::wire::lock::Release;
 
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod cluster;

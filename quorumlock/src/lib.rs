@@ -18,18 +18,7 @@ mod random;
 mod redact;
 mod tasks;
 
-mod wire;
-
-mod node;
-
-mod quorum;
-
 mod lock;
-
-#[cfg(feature = "etcd")]
-mod etcd;
-#[cfg(feature = "zookeeper")]
-mod zookeeper;
 
 mod backend;
 mod builder;
@@ -46,16 +35,18 @@ mod semaphore;
 // For the quorumlock CLI's `check`, not covered by semver: the commands the
 // library sends a node, what each is needed for, and how to probe them.
 #[doc(hidden)]
-pub use wire::probe as cli_probe;
+pub use backend::redlock::wire::probe as cli_probe;
 // For the quorumlock CLI's `check` on an etcd cluster, not covered by semver.
 #[cfg(feature = "etcd")]
 #[doc(hidden)]
-pub use etcd::probe as cli_probe_etcd;
+pub use backend::etcd::probe as cli_probe_etcd;
 
 pub use builder::RedlockBuilder;
 // For the quorumlock CLI, not covered by semver: the duration format of its
 // arguments (which `from_env` reads too) and the password-free form of node
 // URLs for its messages.
+pub use backend::redlock::fence::{Fenced, FencedWrite};
+pub use backend::redlock::node::ReplicaAck;
 pub use client::Redlock;
 pub use config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
@@ -71,14 +62,13 @@ pub use inspect::{
     DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
 };
 pub use lock::acquisition::Acquisition;
-pub use lock::fence::{Fenced, FencedWrite};
 pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::resources::{MAX_RESOURCES, Resources};
-pub use node::ReplicaAck;
 // For the quorumlock CLI's `check` on Redis Cluster and Sentinel members,
 // not covered by semver.
 #[doc(hidden)]
-pub use node::{Layout as CliMemberLayout, layout_of as cli_member_layout};
+pub use backend::redlock::node::{Layout as CliMemberLayout, layout_of as cli_member_layout};
+pub use backend::redlock::wire::keys::RESERVED_PREFIX;
 pub use options::LockOptions;
 #[doc(hidden)]
 pub use redact::redact_url;
@@ -88,4 +78,3 @@ pub use redis;
 pub use semaphore::{MAX_PERMITS, Permit, Semaphore};
 pub use shutdown::ShutdownReport;
 pub use tasks::BackgroundWork;
-pub use wire::keys::RESERVED_PREFIX;

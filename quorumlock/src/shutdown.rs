@@ -8,12 +8,12 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::backend::redlock::quorum::{self, Until};
+use crate::backend::redlock::release::give_back;
+use crate::backend::redlock::shared::Shared;
 use crate::client::Redlock;
-use crate::lock::release::give_back;
 use crate::lock::resources::Resources;
-use crate::lock::shared::Shared;
 use crate::metrics::Loss;
-use crate::quorum::{self, Until};
 use crate::tasks::BackgroundWork;
 
 /// What [`Redlock::shutdown`] achieved.

@@ -7,7 +7,7 @@
 //! concurrent fan-out to every node through `Quorum::fan_out`, bounded by
 //! the client's per-node timeout:
 //!
-//! 1. **Claim.** The [`CLAIM`](crate::wire::idempotency::CLAIM) script sets the key to our
+//! 1. **Claim.** The [`CLAIM`](crate::backend::redlock::wire::idempotency::CLAIM) script sets the key to our
 //!    in-progress marker (`pending:` and a fresh 128-bit token) with the
 //!    caller's ttl when the key is free, and otherwise returns what the key
 //!    holds. Unlike a lock attempt, the claim waits for every node (up to the
@@ -18,7 +18,7 @@
 //!    our marker is on a majority of all nodes and the claim left validity
 //!    (`ttl - elapsed - drift`, as for a lock).
 //! 2. **Run** the operation, once, in this task.
-//! 3. **Store.** The [`STORE`](crate::wire::idempotency::STORE) script replaces our marker by
+//! 3. **Store.** The [`STORE`](crate::backend::redlock::wire::idempotency::STORE) script replaces our marker by
 //!    the record `done:<result>` with the result ttl, only on nodes that still
 //!    hold our marker, again waiting for every node up to the per-node
 //!    timeout (so the result is on every node that can take it, and a
@@ -89,12 +89,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use self::rounds::Claim;
+use crate::backend::redlock::quorum::Quorum;
+use crate::backend::redlock::wire::idempotency as wire_idempotency;
+use crate::backend::redlock::wire::keys;
 use crate::client::Redlock;
 use crate::config::{DEFAULT_RESULT_TTL, MAX_TTL};
 use crate::error::{Error, Result, Setting};
-use crate::quorum::Quorum;
-use crate::wire::idempotency as wire_idempotency;
-use crate::wire::keys;
 
 /// Runs an operation at most once per key across processes, and gives its
 /// stored result to every later caller (idempotency keys).

@@ -7,13 +7,15 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Idempotency;
+use crate::backend::redlock::quorum::{self, Quorum, Tally, Until};
+use crate::backend::redlock::release::{Deadlines, release_all};
+use crate::backend::redlock::wire::idempotency::{
+    self as wire_idempotency, Claim as ClaimRequest, Record, Store,
+};
+use crate::backend::redlock::wire::lock::Release;
+use crate::backend::redlock::wire::millis;
 use crate::error::{Error, Result, Setting};
-use crate::lock::release::{Deadlines, release_all};
-use crate::quorum::{self, Quorum, Tally, Until};
 use crate::random;
-use crate::wire::idempotency::{self as wire_idempotency, Claim as ClaimRequest, Record, Store};
-use crate::wire::lock::Release;
-use crate::wire::millis;
 
 impl Idempotency {
     /// Claims the key, polling while another caller holds it, until the

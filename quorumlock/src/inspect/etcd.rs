@@ -7,7 +7,7 @@ use super::cluster::{self, Holder};
 use super::{Inspection, UnlockReport};
 #[cfg(doc)]
 use crate::Redlock;
-use crate::etcd::{self, Store};
+use crate::backend::etcd::{self, Store};
 
 /// The cluster's line for `resource`, as an inspection of one member.
 pub(super) async fn inspect(store: &Store, resource: String) -> Inspection {

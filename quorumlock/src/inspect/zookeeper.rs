@@ -11,7 +11,7 @@ use super::cluster::{self, Holder};
 use super::{Inspection, UnlockReport};
 #[cfg(doc)]
 use crate::Redlock;
-use crate::zookeeper::{self, Store};
+use crate::backend::zookeeper::{self, Store};
 
 /// The ensemble's line for `resource`, as an inspection of one member.
 pub(super) async fn inspect(store: &Store, resource: String) -> Inspection {

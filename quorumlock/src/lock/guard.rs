@@ -7,20 +7,20 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::acquisition::Acquisition;
-pub use super::release::ReleaseReport;
-use super::release::{give_back, release_in_background};
-use super::shared::Shared;
 use super::state::Held;
-use super::watchdog;
+#[cfg(feature = "etcd")]
+use crate::backend::etcd;
+use crate::backend::redlock::quorum::Until;
+pub use crate::backend::redlock::release::ReleaseReport;
+use crate::backend::redlock::release::{give_back, release_in_background};
+use crate::backend::redlock::shared::Shared;
+use crate::backend::redlock::watchdog;
+use crate::backend::redlock::wire::lock::Extend;
+#[cfg(feature = "zookeeper")]
+use crate::backend::zookeeper;
 use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
-#[cfg(feature = "etcd")]
-use crate::etcd;
 use crate::metrics::{self, HoldEnd};
-use crate::quorum::Until;
-use crate::wire::lock::Extend;
-#[cfg(feature = "zookeeper")]
-use crate::zookeeper;
 
 /// A held lock.
 ///
@@ -332,7 +332,7 @@ impl Guard {
         let extend = Arc::new(Extend {
             keys: Arc::clone(self.held.resources.keys()),
             token: Arc::clone(&self.held.token),
-            ttl_ms: crate::wire::millis(ttl),
+            ttl_ms: crate::backend::redlock::wire::millis(ttl),
         });
         let tally = quorum
             .ask(&extend, deadline, deadline, Until::Decided, |extended| *extended)

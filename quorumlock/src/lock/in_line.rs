@@ -5,10 +5,10 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
+use crate::backend::redlock::quorum;
 use crate::error::{Error, Result};
 use crate::metrics;
 use crate::options::LockOptions;
-use crate::quorum;
 use crate::random;
 
 /// Runs `attempt` once when `waiting` is false, otherwise until it takes

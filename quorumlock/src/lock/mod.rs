@@ -19,16 +19,10 @@
 //! the wire layer.
 
 pub(crate) mod acquisition;
-pub(crate) mod attempt;
-pub(crate) mod fence;
 pub(crate) mod guard;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod in_line;
-pub(crate) mod kind;
+pub(crate) mod lease;
 pub(crate) mod registry;
-pub(crate) mod release;
 pub(crate) mod resources;
-pub(crate) mod shared;
 pub(crate) mod state;
-pub(crate) mod waiter;
-pub(crate) mod watchdog;

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
+use crate::backend::redlock::wire::MAX_LOCK_KEYS;
+use crate::backend::redlock::wire::keys::{self, RESERVED_PREFIX};
 use crate::error::{Error, Result, Setting};
-use crate::wire::MAX_LOCK_KEYS;
-use crate::wire::keys::{self, RESERVED_PREFIX};
 
 /// The resource names of one lock: one key per resource on every node.
 ///

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::registry::Registry;
 use super::resources::Resources;
+use crate::backend::redlock::wire::lock::Release;
+use crate::backend::redlock::wire::renew::RenewItem;
 use crate::config::RENEW_DIVISOR;
+use crate::lock::lease::Lease;
 use crate::metrics::{self, Loss};
 use crate::options::LockOptions;
-use crate::quorum::Lease;
-use crate::wire::lock::Release;
-use crate::wire::renew::RenewItem;
 
 /// The state of one held lock, shared by its guard and the watchdog.
 #[derive(Debug)]

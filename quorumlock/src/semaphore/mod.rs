@@ -20,11 +20,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redlock::wire::keys::{self, RESERVED_PREFIX};
 use crate::client::Redlock;
 use crate::error::{Error, Result, Setting};
 use crate::lock::guard::Guard;
 use crate::lock::resources::{MAX_RESOURCES, Resources};
-use crate::wire::keys::{self, RESERVED_PREFIX};
 
 pub use self::permit::Permit;
 
@@ -272,7 +272,7 @@ mod tests {
 
     #[test]
     fn permit_names_share_the_semaphore_name_as_hash_tag() {
-        use crate::wire::keys::{queue, slot};
+        use crate::backend::redlock::wire::keys::{queue, slot};
         let names: Vec<String> = (0..MAX_PERMITS).map(|i| keys::permit("pool", i)).collect();
         assert_eq!(names[7], "{pool}:permit:7");
         let first = slot(&names[0]);

@@ -18,8 +18,8 @@
 //! at once would mean K entries to create and clean up per waiter: it
 //! sweeps with `try_lock` semantics and polls at the retry delay instead.
 //!
-//! [`lock::waiter::queue`]: crate::lock::waiter::queue
-//! [`keys::permit`]: crate::wire::keys::permit
+//! [`lock::waiter::queue`]: crate::backend::redlock::waiter::queue
+//! [`keys::permit`]: crate::backend::redlock::wire::keys::permit
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +29,10 @@ use tokio::time::Instant;
 
 use super::{Permit, Semaphore, Swept};
 use crate::backend::Backend;
+use crate::backend::redlock::quorum;
+use crate::backend::redlock::shared::Shared;
+use crate::backend::redlock::waiter::queue::Subscription;
 use crate::error::{Error, Result};
-use crate::lock::shared::Shared;
-use crate::lock::waiter::queue::Subscription;
-use crate::quorum;
 use crate::random;
 
 /// Takes a permit of `semaphore`, waiting as its client's options allow.

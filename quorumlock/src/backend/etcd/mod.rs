@@ -1,0 +1,293 @@
+//! The etcd backend: locks on one etcd cluster, as etcd's own clientv3
+//! `concurrency.Mutex` (and `etcdctl lock`) takes them, so that a fleet can
+//! mix quorumlock with them on the same names.
+//!
+//! - A lock of resource `r` is a key `<prefix>r/<lease id in hex>` created
+//!   in a transaction, attached to a lease with the lock's ttl; the key with
+//!   the lowest create revision under `<prefix>r/` holds the lock, the
+//!   others wait in that order, each watching only the key just before its
+//!   own (no polling, no herd).
+//! - One keep-alive task per client renews every held lease ([`keepalive`]);
+//!   the validity runs from the instant a keep-alive was *sent*, so the loss
+//!   signal fires before the cluster can expire the lease.
+//! - The fencing token is the revision at which the lock was seen ours: the
+//!   key's create revision when the lock was free, the revision of the read
+//!   that confirmed it after a wait. Either is above every revision at which
+//!   an earlier holder saw the lock its own, because the deletion of that
+//!   holder's key came after it and before our read.
+//!
+//! The Raft quorum inside the cluster replaces the Redlock majority: a
+//! write counts once a majority of members has it, and a new leader has
+//! every acknowledged write, so a member that dies or restarts loses no
+//! lock. docs/design.md has the layer map and docs/safety.md the guarantees.
+
+mod hold;
+mod inspect;
+mod keepalive;
+mod keeper;
+mod lease;
+mod mutex;
+pub mod probe;
+mod url;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::join_all;
+
+use etcd_client::{Client, ConnectOptions};
+use tokio::sync::OnceCell;
+use tokio::time::Instant;
+
+pub(crate) use hold::Hold;
+pub(crate) use inspect::{delete_holder, look};
+pub(crate) use lease::{Keys, give_back, give_back_in_background};
+pub(crate) use mutex::acquire;
+pub(crate) use url::EtcdUrl;
+
+use crate::config::Timing;
+use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::lease::Lease;
+use crate::lock::registry::Registry;
+use crate::lock::resources::Resources;
+use crate::lock::state::Held;
+use crate::metrics::Loss;
+use crate::tasks::{BackgroundWork, Tasks};
+
+/// One etcd cluster and what every lock of a client on it shares: the
+/// connection (opened by the first request, inside the runtime that sends
+/// it), the keep-alive task, the registry of held locks for a shutdown.
+pub(crate) struct Store {
+    pub(crate) url: EtcdUrl,
+    /// Every request's bound: [`ETCD_MIN_REQUEST_TIMEOUT`] at least.
+    pub(crate) request_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    drift_fixed: Duration,
+    client: OnceCell<Client>,
+    pub(crate) tasks: Arc<Tasks>,
+    pub(crate) keepalive: keepalive::KeepAlive,
+    /// Every lock a guard of this client holds, for a shutdown.
+    holders: Mutex<Registry<(Arc<Held>, Arc<Keys>)>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.url)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    pub(crate) fn new(url: EtcdUrl, timing: Timing, tasks: Arc<Tasks>) -> Store {
+        Store {
+            url,
+            request_timeout: timing.node_timeout.max(ETCD_MIN_REQUEST_TIMEOUT),
+            connect_timeout: timing.connect_timeout,
+            drift_factor: timing.drift_factor,
+            drift_fixed: timing.drift_fixed,
+            client: OnceCell::new(),
+            tasks,
+            keepalive: keepalive::KeepAlive::default(),
+            holders: Mutex::default(),
+        }
+    }
+
+    /// The connection, opened on first use. The etcd client balances over
+    /// the members given and connects lazily, so this fails only for
+    /// settings it rejects.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        let client = self
+            .client
+            .get_or_try_init(|| async {
+                let mut options = ConnectOptions::new()
+                    .with_connect_timeout(self.connect_timeout)
+                    // A member cut off from the leader refuses requests
+                    // instead of serving what it last knew.
+                    .with_require_leader(true)
+                    // A member that stops answering (paused, cut off) is
+                    // dropped from the balancer once a ping goes unanswered,
+                    // instead of taking every other request into its hole.
+                    .with_keep_alive(ETCD_PING_EVERY, self.request_timeout)
+                    .with_keep_alive_while_idle(true);
+                if let Some((name, password)) = &self.url.user {
+                    options = options.with_user(name, password);
+                }
+                options = with_tls(options, &self.url)?;
+                Client::connect(self.url.endpoints(), Some(options))
+                    .await
+                    .map_err(|e| self.unreachable(NodeErrorKind::Etcd(e.to_string())))
+            })
+            .await?;
+        Ok(client.clone())
+    }
+
+    /// `request`, bounded by the request timeout; any failure as
+    /// [`Error::Unreachable`].
+    pub(crate) async fn call<T>(
+        &self,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        self.call_by(Instant::now() + self.request_timeout, request).await
+    }
+
+    /// `request`, bounded by `deadline`.
+    pub(crate) async fn call_by<T>(
+        &self,
+        deadline: Instant,
+        request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout_at(deadline, request).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(self.unreachable(NodeErrorKind::Etcd(e.to_string()))),
+            Err(_) => Err(self.unreachable(NodeErrorKind::Timeout(self.request_timeout))),
+        }
+    }
+
+    /// The cluster failed: one member of one in the error's terms.
+    pub(crate) fn unreachable(&self, kind: NodeErrorKind) -> Error {
+        Error::unreachable_store(self.url.redacted(), kind)
+    }
+
+    /// Another owner holds the lock.
+    pub(crate) fn held(&self) -> Error {
+        Error::Held {
+            refused: 1,
+            nodes: 1,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The lock is no longer ours (lease expired, key gone).
+    pub(crate) fn lost(&self) -> Error {
+        if self.is_closed() {
+            return Error::Closed;
+        }
+        Error::Lost {
+            confirmed: 0,
+            quorum: 1,
+            nodes: 1,
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tasks.is_closed()
+    }
+
+    pub(crate) fn holders(&self) -> MutexGuard<'_, Registry<(Arc<Held>, Arc<Keys>)>> {
+        // Plain data, valid after a panic in another thread.
+        self.holders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends the client: no new lock, every held lock given back by
+    /// `deadline` (each with whether that was confirmed), then the
+    /// background work still running at the deadline.
+    pub(crate) async fn shutdown(
+        self: &Arc<Self>,
+        deadline: Instant,
+    ) -> (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>) {
+        self.tasks.closing().cancel();
+        let held = self.holders().take_all();
+        let releases = held.into_iter().filter_map(|(held, keys)| {
+            held.mark_lost(Loss::Shutdown);
+            held.claim_release().then_some(async move {
+                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &keys)).await;
+                (held.resources.clone(), matches!(given, Ok(Ok(_))))
+            })
+        });
+        let outcomes = join_all(releases).await;
+        (outcomes, self.tasks.close_and_wait(deadline).await)
+    }
+
+    /// The key of our lock on `resource` under `lease`, named as
+    /// `concurrency.Mutex` names it.
+    pub(crate) fn key(&self, resource: &str, lease: i64) -> String {
+        format!("{}{lease:x}", self.resource_prefix(resource))
+    }
+
+    /// Where every contender's key for `resource` lives.
+    pub(crate) fn resource_prefix(&self, resource: &str) -> String {
+        format!("{}{resource}/", self.url.prefix)
+    }
+
+    /// What a lease granted (or kept alive) with `ttl` by a request sent at
+    /// `sent` makes ours.
+    pub(crate) fn lease(&self, sent: Instant, ttl: Duration) -> Lease {
+        Lease {
+            start: sent,
+            ttl,
+            life: ttl,
+            drift: ttl.mul_f64(self.drift_factor) + self.drift_fixed,
+        }
+    }
+
+    /// The ttl as a lease takes it: whole seconds (rounded up, so that the
+    /// lock lasts at least as long as asked), and long enough to leave
+    /// validity after a request and the drift allowance.
+    pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<i64> {
+        if requested.is_zero() || requested > MAX_TTL {
+            return Err(Error::config(
+                Setting::Ttl,
+                format!("ttl must be greater than zero and at most {MAX_TTL:?}, got {requested:?}"),
+            ));
+        }
+        let seconds = requested.as_secs() + u64::from(requested.subsec_nanos() > 0);
+        let ttl = Duration::from_secs(seconds);
+        let drift = self.lease(Instant::now(), ttl).drift;
+        if drift + self.request_timeout >= ttl || min_validity + drift >= ttl {
+            return Err(Error::config(
+                Setting::Ttl,
+                format!(
+                    "ttl {ttl:?} (an etcd lease counts whole seconds) leaves no validity after the drift \
+                     allowance {drift:?}, the request timeout {:?} and the minimum validity {min_validity:?}",
+                    self.request_timeout
+                ),
+            ));
+        }
+        // At most MAX_TTL in seconds, far below i64::MAX.
+        Ok(i64::try_from(seconds).unwrap_or(i64::MAX))
+    }
+}
+
+/// `etcds://` trusts the system's root certificates, or the URL's `ca`;
+/// with `cert` and `key` it shows that client certificate.
+#[cfg(feature = "tls")]
+pub(crate) fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    if !url.tls {
+        return Ok(options);
+    }
+    let read = |path: &str| {
+        std::fs::read(path).map_err(|e| {
+            Error::config(
+                Setting::Nodes,
+                format!("{}: cannot read {path}: {e}", url.redacted()),
+            )
+        })
+    };
+    let mut tls = match &url.ca {
+        Some(ca) => TlsOptions::new().ca_certificate(Certificate::from_pem(read(ca)?)),
+        None => TlsOptions::new().with_native_roots(),
+    };
+    if let Some((cert, key)) = &url.identity {
+        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(options.with_tls(tls))
+}
+
+#[cfg(not(feature = "tls"))]
+pub(crate) fn with_tls(options: ConnectOptions, url: &EtcdUrl) -> Result<ConnectOptions> {
+    if url.tls {
+        return Err(Error::config(
+            Setting::Nodes,
+            format!(
+                "{}: etcds:// needs the `tls` feature of quorumlock",
+                url.redacted()
+            ),
+        ));
+    }
+    Ok(options)
+}

@@ -1,0 +1,338 @@
+//! The seam between the client (and its guards) and the stores a lock can
+//! live in: the brief's answers to a lost master behind one API.
+//!
+//! ```text
+//! Redlock (client, builder, shutdown, inspect)      Guard
+//!        │  try_lock / lock                           │ extend / release / drop
+//!        ▼                                            ▼
+//!     Backend ── Redis: lock::{attempt, waiter} ─ quorum ─ node ─ wire  (N nodes, Redlock)
+//!             ├─ Etcd:  etcd::{mutex, keepalive, hold}                (one Raft cluster)
+//!             └─ ZooKeeper: zookeeper::{mutex, heartbeat, hold}       (one ZAB ensemble)
+//!
+//! shared by all: lock::state::Held (validity, loss signal, renewal
+//! schedule), quorum::Lease (the validity rule), tasks, options, error
+//! ```
+//!
+//! An enum rather than a trait object: the Redis path, the hot one, pays a
+//! match and nothing else, and each backend keeps its own shape of state.
+
+#[cfg(feature = "etcd")]
+pub(crate) mod etcd;
+pub(crate) mod redlock;
+#[cfg(feature = "zookeeper")]
+pub(crate) mod zookeeper;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+use futures::future::{BoxFuture, FutureExt};
+use tokio::time::Instant;
+use tracing::field::Empty;
+use tracing::{Instrument, Span};
+
+use crate::backend::redlock::attempt::attempt;
+use crate::backend::redlock::kind::Kind;
+use crate::backend::redlock::shared::Shared;
+use crate::backend::redlock::waiter;
+use crate::config::Timing;
+use crate::error::{Error, Result, Setting};
+use crate::lock::guard::Guard;
+use crate::lock::resources::Resources;
+use crate::metrics::{self, Call};
+use crate::options::LockOptions;
+#[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
+use crate::redact::redact_url;
+use crate::tasks::Tasks;
+
+/// The store a client's locks live in, chosen by the node URLs.
+#[derive(Clone, Debug)]
+pub(crate) enum Backend {
+    /// N independent Redis nodes (Redlock): `redis://`, `rediss://`, `unix://`.
+    Redis(Arc<Shared>),
+    /// One etcd cluster, whose Raft quorum replaces the Redlock majority:
+    /// `etcd://`, `etcds://`.
+    #[cfg(feature = "etcd")]
+    Etcd(Arc<etcd::Store>),
+    /// One ZooKeeper ensemble, whose ZAB quorum replaces the Redlock
+    /// majority: `zk://`.
+    #[cfg(feature = "zookeeper")]
+    ZooKeeper(Arc<zookeeper::Store>),
+}
+
+impl Backend {
+    /// One attempt; [`Error::Held`] when another owner holds the lock.
+    /// Records the call's outcome and duration ([`metrics::lock_call`]).
+    pub(crate) async fn try_lock(
+        &self,
+        options: &LockOptions,
+        resources: &Resources,
+        ttl: Duration,
+    ) -> Result<Guard> {
+        let started = Instant::now();
+        let span = acquire_span(Call::TryLock, resources);
+        let result = async {
+            match self {
+                Backend::Redis(shared) => {
+                    let kind = Kind::new(options.fenced, None);
+                    let result = attempt(shared, options, resources, ttl, kind).await;
+                    metrics::attempt(started.elapsed(), &result);
+                    result.map(|guard| guard.with_attempts(1))
+                }
+                #[cfg(feature = "etcd")]
+                Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, false).await,
+                #[cfg(feature = "zookeeper")]
+                Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, false).await,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        finish(Call::TryLock, started, &span, result)
+    }
+
+    /// Takes the lock, waiting as [`LockOptions::wait`] allows. Records the
+    /// call's outcome and duration ([`metrics::lock_call`]).
+    pub(crate) async fn lock(
+        &self,
+        options: &LockOptions,
+        resources: &Resources,
+        ttl: Duration,
+    ) -> Result<Guard> {
+        let started = Instant::now();
+        let span = acquire_span(Call::Lock, resources);
+        let result = async {
+            match self {
+                Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
+                #[cfg(feature = "etcd")]
+                Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
+                #[cfg(feature = "zookeeper")]
+                Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, true).await,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        finish(Call::Lock, started, &span, result)
+    }
+
+    /// Independent members the lock is taken on: Redis nodes, or 1 for an
+    /// etcd cluster or a ZooKeeper ensemble (its members' quorum is inside it).
+    pub(crate) fn members(&self) -> usize {
+        match self {
+            Backend::Redis(shared) => shared.quorum.len(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 1,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => 1,
+        }
+    }
+
+    /// Members that must agree.
+    pub(crate) fn majority(&self) -> usize {
+        match self {
+            Backend::Redis(shared) => shared.quorum.majority(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => 1,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(_) => 1,
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        match self {
+            Backend::Redis(shared) => shared.is_closed(),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => store.is_closed(),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => store.is_closed(),
+        }
+    }
+
+    /// The Redis nodes, for what only Redlock offers (`what` names it in
+    /// the error otherwise).
+    #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(unused_variables))]
+    pub(crate) fn redis(&self, what: &str) -> Result<&Arc<Shared>> {
+        match self {
+            Backend::Redis(shared) => Ok(shared),
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => Err(Error::config(
+                Setting::Nodes,
+                format!(
+                    "{what} needs Redis nodes; {} is an etcd cluster",
+                    store.url.redacted()
+                ),
+            )),
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => Err(Error::config(
+                Setting::Nodes,
+                format!(
+                    "{what} needs Redis nodes; {} is a ZooKeeper ensemble",
+                    store.url.redacted()
+                ),
+            )),
+        }
+    }
+}
+
+/// A guard on ZooKeeper: the lock taken once, or `waiting` in line.
+///
+/// Boxed, as [`etcd_guard`] is.
+#[cfg(feature = "zookeeper")]
+fn zookeeper_guard<'a>(
+    store: &'a Arc<zookeeper::Store>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
+    ttl: Duration,
+    waiting: bool,
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        let (taken, attempts) = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
+        let guard = Guard::zookeeper(store, taken, options.auto_renew, options.min_validity);
+        Ok(guard.with_attempts(attempts))
+    }
+    .boxed()
+}
+
+/// The span of a lock call: `quorumlock.acquire`, with the call and the
+/// resources; each attempt records the nodes that confirmed, refused and
+/// failed (on Redis), and the call its outcome, attempts, wait and validity.
+fn acquire_span(call: Call, resources: &Resources) -> Span {
+    tracing::debug_span!(
+        "quorumlock.acquire",
+        call = call.label(),
+        resources = ?resources.names(),
+        ok = Empty,
+        refused = Empty,
+        failed = Empty,
+        outcome = Empty,
+        attempts = Empty,
+        waited_ms = Empty,
+        validity_ms = Empty,
+    )
+}
+
+/// Records a lock call that began at `started` (in `span` and the
+/// metrics), and gives its guard the time it waited.
+fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> Result<Guard> {
+    let waited = started.elapsed();
+    metrics::lock_call(call, waited, &result);
+    span.record("outcome", metrics::outcome(&result));
+    span.record("waited_ms", waited.as_millis() as u64);
+    let guard = result?.with_waited(waited);
+    span.record("attempts", guard.acquisition().attempts());
+    let validity = guard.valid_until().saturating_duration_since(Instant::now());
+    span.record("validity_ms", validity.as_millis() as u64);
+    Ok(guard)
+}
+
+/// A guard on etcd: the lock taken once, or `waiting` in line.
+///
+/// Boxed: a lock call's future is as large as the largest path it may take,
+/// and the etcd client's request state (about 12 KB) would make every Redis
+/// lock call carry and copy it (docs/benchmarks.md has the cost). A call to
+/// etcd takes a network round trip, next to which the box costs nothing.
+#[cfg(feature = "etcd")]
+fn etcd_guard<'a>(
+    store: &'a Arc<etcd::Store>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
+    ttl: Duration,
+    waiting: bool,
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        let (taken, attempts) = etcd::acquire(store, options, resources, ttl, waiting).await?;
+        let guard = Guard::etcd(store, taken, options.auto_renew, options.min_validity);
+        Ok(guard.with_attempts(attempts))
+    }
+    .boxed()
+}
+
+/// The store other than Redis that the node URLs name: a cluster's one URL
+/// (`etcd://`, `etcds://`, `zk://`), alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ClusterUrl {
+    Etcd(String),
+    ZooKeeper(String),
+}
+
+/// The cluster URL that the node URLs name, if they name one: a single
+/// `etcd://`, `etcds://` or `zk://` URL, alone. Lists split at commas (the
+/// CLI's `--nodes`, `QUORUMLOCK_NODES`) split a cluster URL's members
+/// apart, so scheme-less items after it are joined back to it. `nodes`
+/// counts every node given, `redis::Client`s included.
+pub(crate) fn cluster_url(urls: &[&str], nodes: usize) -> Result<Option<ClusterUrl>> {
+    let kind = |url: &str| {
+        if url.starts_with("etcd://") || url.starts_with("etcds://") {
+            Some(ClusterUrl::Etcd as fn(String) -> ClusterUrl)
+        } else if url.starts_with("zk://") {
+            Some(ClusterUrl::ZooKeeper as fn(String) -> ClusterUrl)
+        } else {
+            None
+        }
+    };
+    if !urls.iter().any(|url| kind(url).is_some()) {
+        return Ok(None);
+    }
+    let continued = urls.len() == nodes
+        && kind(urls[0]).is_some()
+        && urls[1..].iter().all(|member| !member.contains("://"));
+    let Some(make) = kind(urls[0]).filter(|_| continued) else {
+        return Err(Error::config(
+            Setting::Nodes,
+            "an etcd or ZooKeeper URL names a whole cluster and cannot be mixed with other nodes: \
+             give its members in one URL (etcd://h1:2379,h2:2379,h3:2379, zk://h1:2181,h2:2181,h3:2181)",
+        ));
+    };
+    Ok(Some(make(urls.join(","))))
+}
+
+/// The backend of a cluster URL among the node URLs, if there is one (see
+/// [`cluster_url`]).
+pub(crate) fn cluster(
+    urls: &[&str],
+    nodes: usize,
+    timing: Timing,
+    tasks: &Arc<Tasks>,
+) -> Result<Option<Backend>> {
+    match cluster_url(urls, nodes)? {
+        None => Ok(None),
+        Some(ClusterUrl::Etcd(url)) => open_etcd(&url, timing, tasks).map(Some),
+        Some(ClusterUrl::ZooKeeper(url)) => open_zookeeper(&url, timing, tasks).map(Some),
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn open_etcd(url: &str, timing: Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
+    let url = etcd::EtcdUrl::parse(url)?;
+    url.check_files()?;
+    let store = etcd::Store::new(url, timing, Arc::clone(tasks));
+    Ok(Backend::Etcd(Arc::new(store)))
+}
+
+#[cfg(feature = "zookeeper")]
+fn open_zookeeper(url: &str, timing: Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
+    let url = zookeeper::ZkUrl::parse(url)?;
+    let store = zookeeper::Store::new(url, timing, Arc::clone(tasks));
+    Ok(Backend::ZooKeeper(Arc::new(store)))
+}
+
+/// A backend this build lacks: which feature it needs.
+#[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
+fn missing_feature(url: &str, feature: &str) -> Error {
+    Error::config(
+        Setting::Nodes,
+        format!(
+            "{}: this URL needs the `{feature}` feature of quorumlock",
+            redact_url(url)
+        ),
+    )
+}
+
+#[cfg(not(feature = "etcd"))]
+fn open_etcd(url: &str, _timing: Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
+    Err(missing_feature(url, "etcd"))
+}
+
+#[cfg(not(feature = "zookeeper"))]
+fn open_zookeeper(url: &str, _timing: Timing, _tasks: &Arc<Tasks>) -> Result<Backend> {
+    Err(missing_feature(url, "zookeeper"))
+}

@@ -1,0 +1,282 @@
+//! One acquisition attempt: take the keys on every node, then finish (fence,
+//! validity, guard) or undo.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::fence;
+use super::kind::Kind;
+use super::release::{Deadlines, release_all};
+use super::shared::Shared;
+use crate::backend::redlock::quorum::{Tally, Until};
+use crate::backend::redlock::wire::lock::{Acquire, Release};
+use crate::error::{Error, NodeErrorKind, Result};
+use crate::lock::guard::Guard;
+use crate::lock::resources::Resources;
+use crate::lock::state::{Acquisition, Held};
+use crate::options::LockOptions;
+use crate::random;
+use crate::tasks::BackgroundWork;
+
+/// One acquisition attempt on `resources`, of the given `kind` (a waiter's
+/// attempt also queues the waiter where the resource is held: see
+/// `waiter`).
+///
+/// Succeeds with a guard when a majority granted with enough validity left
+/// (and, fenced, a majority agreed on a token). Otherwise every node is sent
+/// the release of what this attempt may have set, and the error says why:
+/// [`Error::Unreachable`] when failing nodes alone ruled out a majority,
+/// [`Error::Held`] when another owner's keys did.
+pub(crate) async fn attempt(
+    shared: &Arc<Shared>,
+    options: &LockOptions,
+    resources: &Resources,
+    ttl: Duration,
+    kind: Kind,
+) -> Result<Guard> {
+    let ttl = shared.quorum.check_ttl(ttl, options.min_validity)?;
+    if shared.quorum.one_slot() {
+        resources.check_one_slot()?;
+    }
+    if shared.is_closed() {
+        return Err(Error::Closed);
+    }
+    let attempt = Attempt {
+        shared,
+        options,
+        resources,
+        kind,
+        token: random::token().into(),
+        ttl,
+        start: Instant::now(),
+    };
+    let mut undo = Undo {
+        attempt: &attempt,
+        armed: true,
+    };
+    let mut round = attempt.acquire_everywhere().await;
+    record_in_span(&round.tally);
+    // After the requests are on their way: keeps the nodes' clock rates
+    // known (see `Quorum::life`) without delaying this attempt.
+    shared.quorum.read_clocks(&round.tally);
+    // Nodes that refused our SET hold nothing of ours (see below).
+    let refused_by = std::mem::take(&mut round.tally.refused_by);
+    let failure = if round.tally.reached() {
+        match attempt.finish(&round).await {
+            Ok(held) => {
+                undo.armed = false;
+                let guard = Guard::new(shared, held, options.auto_renew, options.min_validity);
+                if shared.is_closed() {
+                    // Taken while a shutdown released every lock: give it
+                    // back too (or find the shutdown did).
+                    let _ = guard.release().await;
+                    return Err(Error::Closed);
+                }
+                return Ok(guard);
+            }
+            Err(error) => error,
+        }
+    } else {
+        refusal(round.tally)
+    };
+    tracing::debug!(resources = ?resources.names(), elapsed = ?attempt.start.elapsed(), error = %failure, "lock attempt failed");
+    // Every node gets the release: a node that has not answered yet still
+    // gets it queued behind its SET on the same connection (so it runs after
+    // the SET). The caller waits until a majority confirmed (then no
+    // majority holds anything of ours), within what is left of this
+    // attempt's budget, so a hung node cannot hold it past the per-node
+    // timeout; the rest completes in the background. Nodes that refused our
+    // SET hold nothing of ours and are skipped.
+    let deadlines = Deadlines {
+        answer_by: round.deadline,
+        finish_by: attempt.start + ttl,
+    };
+    release_all(
+        &shared.quorum,
+        attempt.release(),
+        deadlines,
+        Until::Answered,
+        &refused_by,
+    )
+    .await;
+    undo.armed = false;
+    Err(failure)
+}
+
+/// Records the nodes of an attempt's round in the current span
+/// (`quorumlock.acquire`).
+fn record_in_span(tally: &Tally) {
+    let span = tracing::Span::current();
+    span.record("ok", tally.ok);
+    span.record("refused", tally.refused);
+    span.record("failed", tally.errors.len());
+}
+
+/// The error of a round that reached no majority: [`Error::Unreachable`]
+/// when failing nodes alone ruled one out, [`Error::Held`] when another
+/// owner's keys did.
+fn refusal(tally: Tally) -> Error {
+    if tally.failures_rule_out_majority() {
+        return tally.unreachable();
+    }
+    Error::Held {
+        refused: tally.refused,
+        nodes: tally.nodes,
+        errors: tally.errors,
+    }
+}
+
+/// One attempt in progress: its kind, token and ttl, and when it
+/// began (before the first request, so that the validity covers
+/// everything).
+struct Attempt<'a> {
+    shared: &'a Arc<Shared>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
+    kind: Kind,
+    token: Arc<str>,
+    ttl: Duration,
+    start: Instant,
+}
+
+/// The answers of every node to one attempt's acquire.
+struct Round {
+    tally: Tally,
+    /// When the nodes' answers stopped counting.
+    deadline: Instant,
+    /// Fenced: the fence keys, and the highest fence a node reported.
+    fence: Option<(Arc<[String]>, u64)>,
+}
+
+impl Attempt<'_> {
+    /// `start + ttl - drift`: until when a lock taken now is ours, unless a
+    /// granting node's clock runs fast (see `finish`).
+    fn valid_until(&self) -> Instant {
+        self.start + self.ttl - self.shared.quorum.drift(self.ttl)
+    }
+
+    /// The owner-checked delete of what this attempt may have set.
+    fn release(&self) -> Release {
+        Release::new(Arc::clone(self.resources.keys()), Arc::clone(&self.token))
+    }
+
+    /// Sends the acquire to every node and counts the grants until the
+    /// outcome is certain or the per-node timeout passed.
+    async fn acquire_everywhere(&self) -> Round {
+        let quorum = &self.shared.quorum;
+        let request = Arc::new(Acquire {
+            keys: Arc::clone(self.resources.keys()),
+            token: Arc::clone(&self.token),
+            ttl_ms: crate::backend::redlock::wire::millis(self.ttl),
+            mode: self.kind.mode(self.resources),
+        });
+        let fence_floor = self.kind.is_fenced().then(|| Arc::new(AtomicU64::new(0)));
+        let deadline = quorum.deadline();
+        let valid_until = self.valid_until();
+        // A waiter's requests are driven past the attempt's deadline, until
+        // its validity would have ended: a refusal that comes late must still
+        // be reported to the waiter's place in line (see `Line::refused`).
+        let line = self.kind.line();
+        let finish_by = if line.is_some() { valid_until } else { deadline };
+        let tally = quorum
+            .fan_out(deadline, finish_by, Until::Decided, |i| {
+                let (nodes, request) = (Arc::clone(&quorum.nodes), Arc::clone(&request));
+                let (fence_floor, line) = (fence_floor.clone(), line.cloned());
+                let too_fast = quorum.too_fast(i, self.ttl);
+                async move {
+                    let reply = nodes[i].acquire(&request).await;
+                    if let Ok(Ok(acquired)) = &reply {
+                        if let Some(floor) = &fence_floor {
+                            floor.fetch_max(acquired.fence.unwrap_or(0), Ordering::Relaxed);
+                        }
+                        if let Some(report) = line
+                            .filter(|_| !acquired.granted)
+                            .and_then(|line| line.refused(i, valid_until))
+                        {
+                            report.await;
+                        }
+                    }
+                    // A grant from a node whose clock runs too fast to keep
+                    // the key usefully long counts as that node's failure
+                    // (its key goes with the lock's release or its ttl).
+                    reply.map(|acked| {
+                        acked.and_then(|acquired| match too_fast {
+                            Some(rate) if acquired.granted => Err(NodeErrorKind::ClockTooFast { rate }),
+                            _ => Ok(acquired.granted),
+                        })
+                    })
+                }
+            })
+            .await;
+        let fence_keys = request.mode.fence_keys().cloned();
+        Round {
+            tally,
+            deadline,
+            fence: fence_keys.zip(fence_floor.map(|floor| floor.load(Ordering::Relaxed))),
+        }
+    }
+
+    /// A majority granted: agrees on the fencing token (when fenced), checks
+    /// the validity left, and tells a waiter's place in line. Returns the
+    /// held lock.
+    async fn finish(&self, round: &Round) -> Result<Held> {
+        let quorum = &self.shared.quorum;
+        let lease = quorum.lease(self.start, self.ttl, &round.tally);
+        let fence = match &round.fence {
+            Some((fence_keys, floor)) => {
+                Some(fence::propose(quorum, fence_keys, *floor, lease.valid_until()).await?)
+            }
+            None => None,
+        };
+        let left = lease.left(self.options.min_validity)?;
+        tracing::debug!(resources = ?self.resources.names(), granted = round.tally.ok, ?fence, ?left, "lock acquired");
+        if let Some(line) = self.kind.line() {
+            line.taken(lease.valid_until()).await;
+        }
+        let acquired = Acquisition {
+            resources: self.resources.clone(),
+            token: Arc::clone(&self.token),
+            fence,
+            lease,
+            confirmed: round.tally.ok,
+        };
+        Ok(Held::new(acquired, self.options))
+    }
+}
+
+/// Releases the keys of an attempt dropped before it finished (its caller
+/// was cancelled: a timeout, a `select!`, a signal). Requests already handed
+/// to the nodes' connections may still set our keys; the release, handed
+/// over after them, runs after them on each node. Sent in the background
+/// as tracked work (see `Redlock::shutdown`).
+struct Undo<'a> {
+    attempt: &'a Attempt<'a>,
+    /// Cleared once the attempt ends on its own: with a lock that a guard
+    /// will own, or after its own release.
+    armed: bool,
+}
+
+impl Drop for Undo<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let quorum = Arc::clone(&self.attempt.shared.quorum);
+        let release = self.attempt.release();
+        let ttl = self.attempt.ttl;
+        self.attempt
+            .shared
+            .quorum
+            .tasks
+            .spawn_if_running(BackgroundWork::Release, async move {
+                let deadlines = Deadlines {
+                    answer_by: quorum.deadline(),
+                    finish_by: Instant::now() + ttl,
+                };
+                release_all(&quorum, release, deadlines, Until::All, &[]).await;
+            });
+    }
+}

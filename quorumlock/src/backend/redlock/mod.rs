@@ -1,0 +1,12 @@
+//! The Redlock backend: N independent Redis nodes.
+
+pub(crate) mod attempt;
+pub(crate) mod fence;
+pub(crate) mod kind;
+pub(crate) mod node;
+pub(crate) mod quorum;
+pub(crate) mod release;
+pub(crate) mod shared;
+pub(crate) mod waiter;
+pub(crate) mod watchdog;
+pub(crate) mod wire;

@@ -1,0 +1,142 @@
+//! Counting the nodes' answers: [`Tally`], and when a fan-out may stop.
+
+use crate::backend::redlock::node::Node;
+use crate::error::{Error, NodeError, NodeErrorKind};
+use crate::metrics;
+
+/// Majority of all configured nodes: `n / 2 + 1`.
+///
+/// Counted over every configured node, not over the ones that answered:
+/// two majorities of the same `n` always share a node, which is what keeps
+/// two owners from both holding a lock.
+pub(crate) fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// When a fan-out may stop waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Until {
+    /// As soon as the outcome is certain: a majority succeeded, or so many
+    /// refused or failed that a majority can no longer be reached. The
+    /// requests still in flight are not cancelled on the server.
+    Decided,
+    /// A majority answered, whatever the answer, or so many failed that a
+    /// majority can no longer answer. For release, where "deleted" and
+    /// "already gone" both confirm that the node holds nothing of ours: the
+    /// lock is free for others once a majority confirmed, and waiting for the
+    /// slowest (or a dead) node would only add its latency (up to the node
+    /// timeout) to every release. The remaining requests still run, in the
+    /// background (see `gather`).
+    Answered,
+    /// Every node answered or timed out.
+    All,
+}
+
+/// The per-node outcomes of one fan-out.
+#[derive(Debug, Default)]
+pub(crate) struct Tally {
+    /// Nodes that confirmed the operation.
+    pub(crate) ok: usize,
+    /// Which nodes those were: bit `i` for node `i` (nodes from the 128th
+    /// on are not recorded; see [`Tally::confirmed_by`]).
+    ok_by: u128,
+    /// Nodes that answered "no" (the key is someone else's, or gone).
+    pub(crate) refused: usize,
+    /// Which nodes those were (by index).
+    pub(crate) refused_by: Vec<usize>,
+    /// Nodes that failed or timed out.
+    pub(crate) errors: Vec<NodeError>,
+    /// Nodes configured.
+    pub(crate) nodes: usize,
+}
+
+impl Tally {
+    /// No answer yet from any of `nodes`.
+    pub(crate) fn new(nodes: usize) -> Self {
+        Tally {
+            nodes,
+            ..Tally::default()
+        }
+    }
+
+    /// Node `node` confirmed.
+    pub(crate) fn confirm(&mut self, node: usize) {
+        self.ok += 1;
+        if let Some(bit) = 1u128.checked_shl(u32::try_from(node).unwrap_or(u32::MAX)) {
+            self.ok_by |= bit;
+        }
+    }
+
+    /// The nodes that confirmed, by index; `None` when one of them is beyond
+    /// what the tally records (a quorum of more than 128 nodes).
+    pub(crate) fn confirmed_by(&self) -> Option<impl Iterator<Item = usize> + '_> {
+        (self.ok == self.ok_by.count_ones() as usize)
+            .then(|| (0..128).filter(|i| self.ok_by & (1u128 << i) != 0))
+    }
+
+    /// Node `node` answered "no".
+    pub(crate) fn refuse(&mut self, node: usize) {
+        self.refused += 1;
+        self.refused_by.push(node);
+    }
+
+    pub(crate) fn quorum(&self) -> usize {
+        quorum(self.nodes)
+    }
+
+    pub(crate) fn reached(&self) -> bool {
+        self.ok >= self.quorum()
+    }
+
+    /// Refusals alone rule out a majority: the resource belongs to someone
+    /// else (acquire) or is no longer ours (extend), whatever the failing
+    /// nodes would have said.
+    pub(crate) fn refused_by_majority(&self) -> bool {
+        self.refused > self.nodes - self.quorum()
+    }
+
+    /// Failures alone rule out a majority: an outage, whatever the other
+    /// nodes said. A failed acquisition that is not one is busy (see
+    /// [`Error::Held`]).
+    pub(crate) fn failures_rule_out_majority(&self) -> bool {
+        self.errors.len() > self.nodes - self.quorum()
+    }
+
+    /// Whether a fan-out that runs until `until` may stop now.
+    pub(crate) fn done(&self, until: Until) -> bool {
+        match until {
+            Until::Decided => self.decided(),
+            Until::Answered => self.answered(),
+            Until::All => false,
+        }
+    }
+
+    fn decided(&self) -> bool {
+        self.reached() || self.refused + self.errors.len() > self.nodes - self.quorum()
+    }
+
+    fn answered(&self) -> bool {
+        self.ok + self.refused >= self.quorum() || self.errors.len() > self.nodes - self.quorum()
+    }
+
+    pub(crate) fn fail(&mut self, node: &Node, kind: NodeErrorKind) {
+        metrics::node_error(node.name(), &kind);
+        tracing::debug!(node = node.name(), error = ?kind, "node failed");
+        self.errors.push(NodeError {
+            node: node.name().to_owned(),
+            kind,
+        });
+    }
+
+    /// The error for a fan-out that did not reach a majority because nodes
+    /// failed.
+    pub(crate) fn unreachable(self) -> Error {
+        Error::Unreachable {
+            succeeded: self.ok,
+            refused: self.refused,
+            quorum: self.quorum(),
+            nodes: self.nodes,
+            errors: self.errors,
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! What all locks of one client share.
+
+use std::sync::Arc;
+
+use super::waiter::queue::Handoff;
+use super::watchdog::Watchdog;
+use crate::backend::redlock::quorum::Quorum;
+use crate::lock::state::Holders;
+
+/// The nodes, the renewal task, the hand-off waiters and the registry of
+/// held locks of one client (and all its clones and guards).
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) quorum: Arc<Quorum>,
+    pub(crate) watchdog: Arc<Watchdog>,
+    pub(crate) handoff: Handoff,
+    /// Every lock a guard of this client holds, for shutdown.
+    pub(crate) holders: Holders,
+}
+
+impl Shared {
+    /// The shared state over `quorum`; renewals heal lost keys with `heal`.
+    pub(crate) fn new(quorum: Quorum, heal: bool) -> Self {
+        let quorum = Arc::new(quorum);
+        Shared {
+            watchdog: Arc::new(Watchdog::new(Arc::clone(&quorum), heal)),
+            quorum,
+            handoff: Handoff::default(),
+            holders: Holders::default(),
+        }
+    }
+
+    /// Whether the client was shut down.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.quorum.tasks.is_closed()
+    }
+}

@@ -1,0 +1,259 @@
+//! The ZooKeeper backend: locks on one ensemble, as the lock recipe of the
+//! ZooKeeper documentation (and python's kazoo `Lock`) takes them, so that a
+//! fleet can mix quorumlock with kazoo on the same paths.
+//!
+//! - A lock of resource `r` is an ephemeral sequential node
+//!   `<chroot>/r/<token>__lock__<sequence>` in the client's session; the
+//!   lowest sequence holds the lock, the others wait in that order, each
+//!   watching only the node just before its own (no polling, no herd).
+//! - One session per client keeps every lock of it: the heartbeat task
+//!   ([`heartbeat`]) renews them all in one round, and the validity runs
+//!   from the instant a heartbeat was *sent* for the share of the session
+//!   timeout that it vouches for ([`ZK_TRUSTED_SHARE`]), so the loss signal
+//!   fires before the ensemble can expire the session.
+//! - The fencing token is a zxid, which the ensemble makes monotonic: the
+//!   node's creation zxid when the lock was free at once, the zxid of a
+//!   write to our node after a wait. Either is above every zxid at which an
+//!   earlier holder held the lock, because that holder's node was deleted
+//!   after it and before ours was created or written.
+//!
+//! ZAB, ZooKeeper's atomic broadcast, replaces the Redlock majority: a write
+//! counts once a majority of the ensemble has logged it, and an elected
+//! leader has every acknowledged write. docs/design.md has the layer map and
+//! docs/safety.md the guarantees.
+
+mod heartbeat;
+mod hold;
+mod inspect;
+mod line;
+mod mutex;
+mod nodes;
+mod url;
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures::future::join_all;
+use tokio::time::Instant;
+use zookeeper_client::{Client, SessionState};
+
+pub(crate) use hold::Hold;
+pub(crate) use inspect::{delete_holder, look};
+pub(crate) use mutex::acquire;
+pub(crate) use nodes::{Nodes, give_back, give_back_in_background};
+pub(crate) use url::ZkUrl;
+
+use crate::config::Timing;
+use crate::config::{MAX_TTL, ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::lease::Lease;
+use crate::lock::registry::Registry;
+use crate::lock::resources::Resources;
+use crate::lock::state::Held;
+use crate::metrics::Loss;
+use crate::tasks::{BackgroundWork, Tasks};
+
+/// The failure of one ZooKeeper request: the client's error, or
+/// [`zookeeper_client::Error::Timeout`] when the request timeout ran out.
+pub(crate) type ZkResult<T> = std::result::Result<T, zookeeper_client::Error>;
+
+/// One ZooKeeper ensemble and what every lock of a client on it shares: the
+/// session (opened by the first request, inside the runtime that sends it,
+/// and opened again after it expired), the heartbeat task, the registry of
+/// held locks for a shutdown.
+pub(crate) struct Store {
+    pub(crate) url: ZkUrl,
+    /// Every request's bound: [`ZK_MIN_REQUEST_TIMEOUT`] at least.
+    pub(crate) request_timeout: Duration,
+    connect_timeout: Duration,
+    drift_factor: f64,
+    drift_fixed: Duration,
+    session: tokio::sync::Mutex<Option<Client>>,
+    pub(crate) tasks: Arc<Tasks>,
+    pub(crate) heartbeat: heartbeat::Heartbeat,
+    /// Every lock a guard of this client holds, for a shutdown.
+    holders: Mutex<Registry<(Arc<Held>, Arc<Nodes>)>>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("url", &self.url)
+            .field("request_timeout", &self.request_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store {
+    pub(crate) fn new(url: ZkUrl, timing: Timing, tasks: Arc<Tasks>) -> Store {
+        Store {
+            url,
+            request_timeout: timing.node_timeout.max(ZK_MIN_REQUEST_TIMEOUT),
+            connect_timeout: timing.connect_timeout,
+            drift_factor: timing.drift_factor,
+            drift_fixed: timing.drift_fixed,
+            session: tokio::sync::Mutex::default(),
+            tasks,
+            heartbeat: heartbeat::Heartbeat::default(),
+            holders: Mutex::default(),
+        }
+    }
+
+    /// The session, opened on first use and again after it ended (expired,
+    /// closed): a lock of the old session is lost with it, and its holder
+    /// was told so by the heartbeat.
+    pub(crate) async fn client(&self) -> Result<Client> {
+        let mut session = self.session.lock().await;
+        if let Some(client) = session.as_ref().filter(|c| !ended(c.state())) {
+            return Ok(client.clone());
+        }
+        let mut connector = Client::connector()
+            .with_session_timeout(self.url.session_timeout)
+            .with_connection_timeout(self.connect_timeout);
+        if let Some((name, password)) = &self.url.user {
+            connector = connector.with_auth("digest", format!("{name}:{password}").as_bytes());
+        }
+        // The client tries every server for about a session timeout; a
+        // caller waits no longer than a connect and a request.
+        let bound = self.connect_timeout + self.request_timeout;
+        let client = match tokio::time::timeout(bound, connector.connect(&self.url.connect_string())).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return Err(self.failed(&e)),
+            Err(_) => return Err(self.unreachable(NodeErrorKind::Timeout(bound))),
+        };
+        *session = Some(client.clone());
+        Ok(client)
+    }
+
+    /// `request`, bounded by the request timeout.
+    pub(crate) async fn call<T>(&self, request: impl Future<Output = ZkResult<T>>) -> ZkResult<T> {
+        self.call_by(Instant::now() + self.request_timeout, request).await
+    }
+
+    /// `request`, bounded by `deadline`.
+    pub(crate) async fn call_by<T>(
+        &self,
+        deadline: Instant,
+        request: impl Future<Output = ZkResult<T>>,
+    ) -> ZkResult<T> {
+        tokio::time::timeout_at(deadline, request)
+            .await
+            .unwrap_or(Err(zookeeper_client::Error::Timeout))
+    }
+
+    /// A request failed: the ensemble, as one member, in the error's terms.
+    pub(crate) fn failed(&self, error: &zookeeper_client::Error) -> Error {
+        let kind = match error {
+            zookeeper_client::Error::Timeout => NodeErrorKind::Timeout(self.request_timeout),
+            other => NodeErrorKind::ZooKeeper(other.to_string()),
+        };
+        self.unreachable(kind)
+    }
+
+    /// The ensemble failed: one member of one in the error's terms.
+    pub(crate) fn unreachable(&self, kind: NodeErrorKind) -> Error {
+        Error::unreachable_store(self.url.redacted(), kind)
+    }
+
+    /// Another owner holds the lock.
+    pub(crate) fn held(&self) -> Error {
+        Error::Held {
+            refused: 1,
+            nodes: 1,
+            errors: Vec::new(),
+        }
+    }
+
+    /// The lock is no longer ours (session expired, node gone).
+    pub(crate) fn lost(&self) -> Error {
+        if self.is_closed() {
+            return Error::Closed;
+        }
+        Error::Lost {
+            confirmed: 0,
+            quorum: 1,
+            nodes: 1,
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.tasks.is_closed()
+    }
+
+    pub(crate) fn holders(&self) -> MutexGuard<'_, Registry<(Arc<Held>, Arc<Nodes>)>> {
+        // Plain data, valid after a panic in another thread.
+        self.holders.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends the client: no new lock, every held lock given back by
+    /// `deadline` (each with whether that was confirmed), the background
+    /// work still running at the deadline, then the session closed (which
+    /// deletes any node of it left).
+    pub(crate) async fn shutdown(
+        self: &Arc<Self>,
+        deadline: Instant,
+    ) -> (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>) {
+        self.tasks.closing().cancel();
+        let held = self.holders().take_all();
+        let releases = held.into_iter().filter_map(|(held, nodes)| {
+            held.mark_lost(Loss::Shutdown);
+            held.claim_release().then_some(async move {
+                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &nodes)).await;
+                (held.resources.clone(), matches!(given, Ok(Ok(_))))
+            })
+        });
+        let outcomes = join_all(releases).await;
+        let unfinished = self.tasks.close_and_wait(deadline).await;
+        self.session.lock().await.take();
+        (outcomes, unfinished)
+    }
+
+    /// The znode under which every contender for `resource` creates its
+    /// node: `<chroot>/<resource>`.
+    pub(crate) fn path(&self, resource: &str) -> Result<String> {
+        let path = format!("{}/{resource}", self.url.chroot);
+        url::check_path(&path).map_err(|why| {
+            Error::config(
+                Setting::Resources,
+                format!(
+                    "resource {resource:?} is no ZooKeeper path under {}: {why}",
+                    self.url.redacted()
+                ),
+            )
+        })?;
+        Ok(path)
+    }
+
+    /// What a request of `client`'s session sent at `sent` and answered
+    /// makes ours, for a lock of `ttl`: the trusted share of the session
+    /// timeout the ensemble granted, and never more than the ttl.
+    pub(crate) fn lease(&self, client: &Client, sent: Instant, ttl: Duration) -> Lease {
+        let trusted = client.session_timeout().mul_f64(ZK_TRUSTED_SHARE);
+        let life = trusted.min(ttl);
+        Lease {
+            start: sent,
+            ttl,
+            life,
+            drift: life.mul_f64(self.drift_factor) + self.drift_fixed,
+        }
+    }
+
+    /// A ttl a lock may have: above zero, at most [`MAX_TTL`].
+    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
+        if ttl.is_zero() || ttl > MAX_TTL {
+            return Err(Error::config(
+                Setting::Ttl,
+                format!("ttl must be greater than zero and at most {MAX_TTL:?}, got {ttl:?}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A session in this state serves no request any more.
+fn ended(state: SessionState) -> bool {
+    matches!(
+        state,
+        SessionState::Expired | SessionState::Closed | SessionState::AuthFailed
+    )
+}
