@@ -16,6 +16,8 @@
 //! An enum rather than a trait object: the Redis path, the hot one, pays a
 //! match and nothing else, and each backend keeps its own shape of state.
 
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod cluster;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
 pub(crate) mod redlock;
@@ -186,7 +188,7 @@ fn zookeeper_guard<'a>(
 ) -> BoxFuture<'a, Result<Guard>> {
     async move {
         let (taken, attempts) = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
-        let guard = Guard::zookeeper(store, taken, options.auto_renew, options.min_validity);
+        let guard = zookeeper::hold::guard(store, taken, options.auto_renew, options.min_validity);
         Ok(guard.with_attempts(attempts))
     }
     .boxed()
@@ -240,7 +242,7 @@ fn etcd_guard<'a>(
 ) -> BoxFuture<'a, Result<Guard>> {
     async move {
         let (taken, attempts) = etcd::acquire(store, options, resources, ttl, waiting).await?;
-        let guard = Guard::etcd(store, taken, options.auto_renew, options.min_validity);
+        let guard = etcd::hold::guard(store, taken, options.auto_renew, options.min_validity);
         Ok(guard.with_attempts(attempts))
     }
     .boxed()

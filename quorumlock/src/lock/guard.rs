@@ -7,17 +7,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::acquisition::Acquisition;
+use super::hold::Hold;
+pub use super::report::ReleaseReport;
 use super::state::Held;
-#[cfg(feature = "etcd")]
-use crate::backend::etcd;
-use crate::backend::redlock::quorum::Until;
-pub use crate::backend::redlock::release::ReleaseReport;
-use crate::backend::redlock::release::{give_back, release_in_background};
-use crate::backend::redlock::shared::Shared;
-use crate::backend::redlock::watchdog;
-use crate::backend::redlock::wire::lock::Extend;
-#[cfg(feature = "zookeeper")]
-use crate::backend::zookeeper;
 use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
 use crate::metrics::{self, HoldEnd};
@@ -59,31 +51,13 @@ use crate::metrics::{self, HoldEnd};
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct Guard {
     held: Arc<Held>,
-    /// The store the lock lives in, and the guard's registrations there.
-    store: Store,
+    /// The store's half: registrations, extend and release there.
+    hold: Box<dyn Hold>,
     /// The least validity an extend must leave ([`crate::LockOptions::min_validity`]).
     min_validity: Duration,
     /// `release` completed: nothing is left for the drop to do.
     released: bool,
     acquisition: Acquisition,
-}
-
-/// Where a guard's lock lives: the backend half of the guard.
-enum Store {
-    /// Keys on N Redis nodes (Redlock).
-    Redis {
-        shared: Arc<Shared>,
-        /// Registration with the client's holders (see `Holders`).
-        holder: u64,
-        /// Registration with the watchdog, when auto-renewed.
-        renewal: Option<u64>,
-    },
-    /// A key per resource on an etcd cluster.
-    #[cfg(feature = "etcd")]
-    Etcd(etcd::Hold),
-    /// An ephemeral node per resource on a ZooKeeper ensemble.
-    #[cfg(feature = "zookeeper")]
-    ZooKeeper(zookeeper::Hold),
 }
 
 impl fmt::Debug for Guard {
@@ -97,59 +71,12 @@ impl fmt::Debug for Guard {
 }
 
 impl Guard {
-    /// Wraps a fresh lock; registers it with the watchdog when `renew`.
-    pub(crate) fn new(shared: &Arc<Shared>, held: Held, renew: bool, min_validity: Duration) -> Guard {
-        let held = Arc::new(held);
-        let holder = shared.holders.insert(&held);
-        let renewal = renew.then(|| watchdog::register(&shared.watchdog, &held));
+    /// Wraps a fresh lock that `hold` keeps on its store.
+    pub(crate) fn new(held: Arc<Held>, hold: Box<dyn Hold>, min_validity: Duration) -> Guard {
         Guard {
             acquisition: Acquisition::first(&held),
             held,
-            store: Store::Redis {
-                shared: Arc::clone(shared),
-                holder,
-                renewal,
-            },
-            min_validity,
-            released: false,
-        }
-    }
-
-    /// Wraps a fresh lock on etcd; renews it with the store's keep-alive
-    /// when `renew`.
-    #[cfg(feature = "etcd")]
-    pub(crate) fn etcd(
-        store: &Arc<etcd::Store>,
-        (held, keys): (Held, etcd::Keys),
-        renew: bool,
-        min_validity: Duration,
-    ) -> Guard {
-        let held = Arc::new(held);
-        let hold = etcd::Hold::new(store, &held, keys, renew);
-        Guard {
-            acquisition: Acquisition::first(&held),
-            held,
-            store: Store::Etcd(hold),
-            min_validity,
-            released: false,
-        }
-    }
-
-    /// Wraps a fresh lock on ZooKeeper; renews it with the store's
-    /// heartbeat when `renew`.
-    #[cfg(feature = "zookeeper")]
-    pub(crate) fn zookeeper(
-        store: &Arc<zookeeper::Store>,
-        (held, nodes): (Held, zookeeper::Nodes),
-        renew: bool,
-        min_validity: Duration,
-    ) -> Guard {
-        let held = Arc::new(held);
-        let hold = zookeeper::Hold::new(store, &held, nodes, renew);
-        Guard {
-            acquisition: Acquisition::first(&held),
-            held,
-            store: Store::ZooKeeper(hold),
+            hold,
             min_validity,
             released: false,
         }
@@ -210,7 +137,7 @@ impl Guard {
     /// [`Guard::valid_until`] minus one renewal round (the client's node
     /// timeout) and [`START_MARGIN`].
     ///
-    /// BackgroundWork that starts later could not count on its first renewal, and may
+    /// Work that starts later could not count on its first renewal, and may
     /// run past the validity (beside the next holder) before the loss signal
     /// can stop it. [`Redlock::with_lock`](crate::Redlock::with_lock),
     /// [`Redlock::try_with_lock`](crate::Redlock::try_with_lock) and
@@ -262,14 +189,7 @@ impl Guard {
     }
 
     fn start_margin(&self) -> Duration {
-        let round = match &self.store {
-            Store::Redis { shared, .. } => shared.quorum.node_timeout,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => hold.store.request_timeout,
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => hold.store.request_timeout,
-        };
-        round + START_MARGIN
+        self.hold.round() + START_MARGIN
     }
 
     /// Whether the lock is still ours: not lost, and its validity has not
@@ -310,48 +230,7 @@ impl Guard {
     /// - [`Error::Config`] for a ttl the client rejects (see
     ///   [`Redlock::try_lock`](crate::Redlock::try_lock)).
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let shared = match &self.store {
-            Store::Redis { shared, .. } => shared,
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => return hold.extend(&self.held, ttl, self.min_validity).await,
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => return hold.extend(&self.held, ttl, self.min_validity).await,
-        };
-        let quorum = &shared.quorum;
-        let ttl = quorum.check_ttl(ttl, self.min_validity)?;
-        if shared.is_closed() {
-            return Err(Error::Closed);
-        }
-        let start = Instant::now();
-        let valid_until = self.held.valid_until();
-        if self.held.is_lost() || start >= valid_until {
-            return Err(self.lost_error(0));
-        }
-        // Confirmations count only if they arrive while the lock is still ours.
-        let deadline = (start + quorum.node_timeout).min(valid_until);
-        let extend = Arc::new(Extend {
-            keys: Arc::clone(self.held.resources.keys()),
-            token: Arc::clone(&self.held.token),
-            ttl_ms: crate::backend::redlock::wire::millis(ttl),
-        });
-        let tally = quorum
-            .ask(&extend, deadline, deadline, Until::Decided, |extended| *extended)
-            .await;
-        if !tally.reached() {
-            tracing::debug!(resources = ?self.resources(), ?tally, "extend failed");
-            return Err(if tally.refused_by_majority() {
-                self.lost_error(tally.ok)
-            } else {
-                tally.unreachable()
-            });
-        }
-        let lease = quorum.lease(start, ttl, &tally);
-        let left = lease.left(self.min_validity)?;
-        if !self.held.confirm(&lease, tally.ok) {
-            return Err(self.lost_error(tally.ok));
-        }
-        tracing::debug!(resources = ?self.resources(), ?left, "lock extended");
-        Ok(())
+        self.hold.extend(&self.held, ttl, self.min_validity).await
     }
 
     /// Stops renewal and deletes the lock's keys on every node,
@@ -382,7 +261,7 @@ impl Guard {
     /// Dropping the future before it completes leaves the release to the
     /// guard's drop (sent in the background, see the type docs).
     pub async fn release(mut self) -> Result<ReleaseReport> {
-        self.stop_renewal();
+        self.hold.stop_renewal();
         // False when a loss or a shutdown has begun giving the lock back.
         let claimed = self.held.claim_release();
         if self.is_closed() && !claimed {
@@ -390,31 +269,7 @@ impl Guard {
             self.released = true;
             return Err(Error::Closed);
         }
-        let report = match &self.store {
-            Store::Redis { shared, holder, .. } => {
-                let given = give_back(&shared.quorum, &self.held, None, Until::Answered).await;
-                shared.holders.remove(*holder);
-                ReleaseReport::from_tally(given.tally, given.kept_until)
-            }
-            // A lock lost first was given back by its renewal task.
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-            _ if !claimed => Ok(ReleaseReport::one_member(false, None)),
-            // Boxed, so that a Redis guard's release does not carry the
-            // etcd or ZooKeeper client's request state (see
-            // `backend::etcd_guard`).
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => {
-                let given = Box::pin(etcd::give_back(&hold.store, &self.held, &hold.keys));
-                given
-                    .await
-                    .map(|kept_until| ReleaseReport::one_member(kept_until.is_none(), kept_until))
-            }
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => {
-                let given = Box::pin(zookeeper::give_back(&hold.store, &self.held, &hold.nodes));
-                given.await.map(|()| ReleaseReport::one_member(true, None))
-            }
-        };
+        let report = self.hold.release(&self.held, claimed).await;
         self.released = true;
         metrics::hold(self.held.acquired_at().elapsed(), HoldEnd::Released);
         tracing::debug!(resources = ?self.resources(), ?report, "lock released");
@@ -422,30 +277,13 @@ impl Guard {
     }
 
     fn is_closed(&self) -> bool {
-        match &self.store {
-            Store::Redis { shared, .. } => shared.is_closed(),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => hold.store.is_closed(),
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => hold.store.is_closed(),
-        }
+        self.hold.is_closed()
     }
 
     /// The [`Error::Lost`] for this lock, with `confirmed` nodes
     /// ([`Error::Closed`] once the client shut down, which takes every lock).
     pub(crate) fn lost_error(&self, confirmed: usize) -> Error {
-        match &self.store {
-            Store::Redis { shared, .. } if shared.is_closed() => Error::Closed,
-            Store::Redis { shared, .. } => Error::Lost {
-                confirmed,
-                quorum: shared.quorum.majority(),
-                nodes: shared.quorum.len(),
-            },
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => hold.store.lost(),
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => hold.store.lost(),
-        }
+        self.hold.lost_error(confirmed)
     }
 
     /// Nodes that confirmed our token in the last round: the acquisition,
@@ -453,44 +291,17 @@ impl Guard {
     pub fn last_confirmed(&self) -> usize {
         self.held.confirmed()
     }
-
-    fn stop_renewal(&mut self) {
-        match &mut self.store {
-            Store::Redis { shared, renewal, .. } => {
-                if let Some(id) = renewal.take() {
-                    shared.watchdog.unregister(id);
-                }
-            }
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => hold.forget(),
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => hold.forget(),
-        }
-    }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        self.stop_renewal();
-        match &self.store {
-            Store::Redis { shared, holder, .. } => shared.holders.remove(*holder),
-            // `stop_renewal` ended both registrations.
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-            _ => {}
-        }
+        self.hold.stop_renewal();
+        self.hold.unregister();
         if self.released || !self.held.claim_release() {
             return;
         }
         metrics::hold(self.held.acquired_at().elapsed(), HoldEnd::Released);
         // Never block in Drop.
-        match &self.store {
-            Store::Redis { shared, .. } => release_in_background(&shared.quorum, &self.held),
-            #[cfg(feature = "etcd")]
-            Store::Etcd(hold) => etcd::give_back_in_background(&hold.store, &self.held, &hold.keys),
-            #[cfg(feature = "zookeeper")]
-            Store::ZooKeeper(hold) => {
-                zookeeper::give_back_in_background(&hold.store, &self.held, &hold.nodes)
-            }
-        }
+        self.hold.release_in_background(&self.held);
     }
 }

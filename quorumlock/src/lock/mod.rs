@@ -20,9 +20,11 @@
 
 pub(crate) mod acquisition;
 pub(crate) mod guard;
+pub(crate) mod hold;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod in_line;
 pub(crate) mod lease;
 pub(crate) mod registry;
+pub(crate) mod report;
 pub(crate) mod resources;
 pub(crate) mod state;

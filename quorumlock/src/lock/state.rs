@@ -12,8 +12,6 @@ use tokio_util::sync::CancellationToken;
 
 use super::registry::Registry;
 use super::resources::Resources;
-use crate::backend::redlock::wire::lock::Release;
-use crate::backend::redlock::wire::renew::RenewItem;
 use crate::config::RENEW_DIVISOR;
 use crate::lock::lease::Lease;
 use crate::metrics::{self, Loss};
@@ -282,20 +280,6 @@ impl Held {
 }
 
 impl Held {
-    /// The owner-checked delete of this lock's keys on one node.
-    pub(crate) fn release(&self) -> Release {
-        Release::new(Arc::clone(self.resources.keys()), Arc::clone(&self.token))
-    }
-
-    /// This lock in a renewal, with its current ttl.
-    pub(crate) fn renew_item(&self) -> RenewItem {
-        RenewItem {
-            keys: Arc::clone(self.resources.keys()),
-            token: Arc::clone(&self.token),
-            ttl: self.ttl(),
-        }
-    }
-
     /// The instant until which a release at `now` must keep the keys rather
     /// than delete them, if the minimum hold has not passed by then.
     pub(crate) fn keep_until(&self, now: Instant) -> Option<Instant> {

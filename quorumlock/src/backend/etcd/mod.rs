@@ -21,7 +21,7 @@
 //! every acknowledged write, so a member that dies or restarts loses no
 //! lock. docs/design.md has the layer map and docs/safety.md the guarantees.
 
-mod hold;
+pub(crate) mod hold;
 mod inspect;
 mod keepalive;
 mod keeper;
@@ -30,29 +30,24 @@ mod mutex;
 pub mod probe;
 mod url;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
-
-use futures::future::join_all;
 
 use etcd_client::{Client, ConnectOptions};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-pub(crate) use hold::Hold;
 pub(crate) use inspect::{delete_holder, look};
-pub(crate) use lease::{Keys, give_back, give_back_in_background};
+pub(crate) use lease::{Keys, give_back};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
+use super::cluster::{self, Holders};
 use crate::config::Timing;
 use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::lease::Lease;
-use crate::lock::registry::Registry;
 use crate::lock::resources::Resources;
-use crate::lock::state::Held;
-use crate::metrics::Loss;
 use crate::tasks::{BackgroundWork, Tasks};
 
 /// One etcd cluster and what every lock of a client on it shares: the
@@ -69,7 +64,7 @@ pub(crate) struct Store {
     pub(crate) tasks: Arc<Tasks>,
     pub(crate) keepalive: keepalive::KeepAlive,
     /// Every lock a guard of this client holds, for a shutdown.
-    holders: Mutex<Registry<(Arc<Held>, Arc<Keys>)>>,
+    pub(crate) holders: Holders<Keys>,
 }
 
 impl std::fmt::Debug for Store {
@@ -92,7 +87,7 @@ impl Store {
             client: OnceCell::new(),
             tasks,
             keepalive: keepalive::KeepAlive::default(),
-            holders: Mutex::default(),
+            holders: Holders::default(),
         }
     }
 
@@ -152,34 +147,13 @@ impl Store {
         Error::unreachable_store(self.url.redacted(), kind)
     }
 
-    /// Another owner holds the lock.
-    pub(crate) fn held(&self) -> Error {
-        Error::Held {
-            refused: 1,
-            nodes: 1,
-            errors: Vec::new(),
-        }
-    }
-
-    /// The lock is no longer ours (lease expired, key gone).
+    /// The lock is no longer ours.
     pub(crate) fn lost(&self) -> Error {
-        if self.is_closed() {
-            return Error::Closed;
-        }
-        Error::Lost {
-            confirmed: 0,
-            quorum: 1,
-            nodes: 1,
-        }
+        cluster::lost(self.is_closed())
     }
 
     pub(crate) fn is_closed(&self) -> bool {
         self.tasks.is_closed()
-    }
-
-    pub(crate) fn holders(&self) -> MutexGuard<'_, Registry<(Arc<Held>, Arc<Keys>)>> {
-        // Plain data, valid after a panic in another thread.
-        self.holders.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ends the client: no new lock, every held lock given back by
@@ -190,15 +164,12 @@ impl Store {
         deadline: Instant,
     ) -> (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>) {
         self.tasks.closing().cancel();
-        let held = self.holders().take_all();
-        let releases = held.into_iter().filter_map(|(held, keys)| {
-            held.mark_lost(Loss::Shutdown);
-            held.claim_release().then_some(async move {
-                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &keys)).await;
-                (held.resources.clone(), matches!(given, Ok(Ok(_))))
+        let outcomes = self
+            .holders
+            .give_back_all(deadline, |held, keys| async move {
+                give_back(self, &held, &keys).await.is_ok()
             })
-        });
-        let outcomes = join_all(releases).await;
+            .await;
         (outcomes, self.tasks.close_and_wait(deadline).await)
     }
 

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::Store;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
+use crate::backend::cluster;
 use crate::config::{ETCD_RENEW_RETRY, RENEW_DIVISOR};
 use crate::error::{Error, NodeErrorKind, Result};
 use crate::lock::in_line;
@@ -163,7 +164,7 @@ async fn take_if_free(
         .call(client.txn(Txn::new().when(free).and_then(puts)))
         .await?;
     if !reply.succeeded() {
-        return Err(store.held());
+        return Err(cluster::held());
     }
     let created = revision(&reply);
     let owned = names
@@ -412,7 +413,7 @@ impl Line<'_> {
                         return Ok(());
                     }
                 }
-                () = tokio::time::sleep_until(self.deadline) => return Err(store.held()),
+                () = tokio::time::sleep_until(self.deadline) => return Err(cluster::held()),
                 () = store.tasks.closing().cancelled() => return Err(Error::Closed),
             }
         }

@@ -68,7 +68,7 @@ pub(crate) async fn attempt(
         match attempt.finish(&round).await {
             Ok(held) => {
                 undo.armed = false;
-                let guard = Guard::new(shared, held, options.auto_renew, options.min_validity);
+                let guard = super::hold::guard(shared, held, options.auto_renew, options.min_validity);
                 if shared.is_closed() {
                     // Taken while a shutdown released every lock: give it
                     // back too (or find the shutdown did).

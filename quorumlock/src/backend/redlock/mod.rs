@@ -2,6 +2,7 @@
 
 pub(crate) mod attempt;
 pub(crate) mod fence;
+pub(crate) mod hold;
 pub(crate) mod kind;
 pub(crate) mod node;
 pub(crate) mod quorum;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::lock::report::ReleaseReport;
 use crate::lock::state::Held;
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -16,62 +17,24 @@ use crate::backend::redlock::wire::lock::{Extend, Release};
 use crate::error::Result;
 use crate::tasks::BackgroundWork;
 
-/// What [`Guard::release`](crate::Guard::release) achieved.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct ReleaseReport {
-    /// Nodes configured.
-    pub nodes: usize,
-    /// Nodes that answered before the release returned: our token is no
-    /// longer there. At least a majority; the other nodes' deletes complete
-    /// in the background.
-    pub confirmed: usize,
-    /// Of those, nodes where our token was still present and was deleted
-    /// (the others had already expired or lost it).
-    pub deleted: usize,
-    /// Of those, nodes where our token was still present and was kept, to
-    /// expire at [`ReleaseReport::kept_until`].
-    pub kept: usize,
-    /// Set when the lock was given back before its minimum hold
-    /// ([`crate::LockOptions::min_hold`]) had passed: its keys were not
-    /// deleted, and expire at this instant. Until then nobody else can
-    /// take the lock.
-    pub kept_until: Option<Instant>,
-}
-
-impl ReleaseReport {
-    /// The release on a store that counts as one member (an etcd cluster, a
-    /// ZooKeeper ensemble): its keys `deleted`, or kept until `kept_until`.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-    pub(crate) fn one_member(deleted: bool, kept_until: Option<Instant>) -> ReleaseReport {
-        ReleaseReport {
-            nodes: 1,
-            confirmed: 1,
-            deleted: usize::from(deleted),
-            kept: usize::from(kept_until.is_some()),
-            kept_until,
-        }
-    }
-
-    /// What a Redlock release achieved, or the error when no majority
-    /// answered.
-    pub(crate) fn from_tally(tally: Tally, kept_until: Option<Instant>) -> Result<ReleaseReport> {
-        let (deleted, kept) = match kept_until {
-            Some(_) => (0, tally.ok),
-            None => (tally.ok, 0),
-        };
-        let report = ReleaseReport {
-            nodes: tally.nodes,
-            confirmed: tally.ok + tally.refused,
-            deleted,
-            kept,
-            kept_until,
-        };
-        if report.confirmed >= tally.quorum() {
-            Ok(report)
-        } else {
-            Err(tally.unreachable())
-        }
+/// What a Redlock release achieved (`ok`: nodes whose keys were deleted,
+/// or kept until `kept_until`), or the error when no majority answered.
+pub(crate) fn report(tally: Tally, kept_until: Option<Instant>) -> Result<ReleaseReport> {
+    let (deleted, kept) = match kept_until {
+        Some(_) => (0, tally.ok),
+        None => (tally.ok, 0),
+    };
+    let report = ReleaseReport {
+        nodes: tally.nodes,
+        confirmed: tally.ok + tally.refused,
+        deleted,
+        kept,
+        kept_until,
+    };
+    if report.confirmed >= tally.quorum() {
+        Ok(report)
+    } else {
+        Err(tally.unreachable())
     }
 }
 
@@ -129,7 +92,12 @@ pub(crate) async fn release_held(quorum: &Quorum, held: &Held, by: Option<Instan
         answer_by: by.unwrap_or_else(|| quorum.deadline()),
         finish_by: Instant::now() + held.ttl(),
     };
-    release_all(quorum, held.release(), deadlines, until, &[]).await
+    release_all(quorum, release_request(held), deadlines, until, &[]).await
+}
+
+/// The owner-checked delete of `held`'s keys on one node.
+pub(crate) fn release_request(held: &Held) -> Release {
+    Release::new(Arc::clone(held.resources.keys()), Arc::clone(&held.token))
 }
 
 /// How a lock was given back.

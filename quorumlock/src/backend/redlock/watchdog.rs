@@ -234,7 +234,7 @@ async fn renew(watchdog: &Watchdog, due: &[Arc<Held>]) {
 async fn renew_round(watchdog: &Watchdog, due: &[Arc<Held>]) {
     let quorum = &watchdog.quorum;
     let start = Instant::now();
-    let items: Arc<[RenewItem]> = due.iter().map(|held| held.renew_item()).collect();
+    let items: Arc<[RenewItem]> = due.iter().map(|held| renew_item(held)).collect();
     let calls = Arc::new(Renew::chunks(&items, watchdog.heal, quorum.one_slot()));
     // Confirmations count only while every lock of the batch is still valid.
     let earliest = due.iter().map(|held| held.valid_until()).min().unwrap_or(start);
@@ -353,4 +353,13 @@ fn lose(quorum: &Arc<Quorum>, held: &Arc<Held>, cause: Loss, reason: &'static st
         return;
     }
     release_in_background(quorum, held);
+}
+
+/// `held` in a renewal, with its current ttl.
+fn renew_item(held: &Held) -> RenewItem {
+    RenewItem {
+        keys: Arc::clone(held.resources.keys()),
+        token: Arc::clone(&held.token),
+        ttl: held.ttl(),
+    }
 }

@@ -6,58 +6,61 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use futures::future::{BoxFuture, FutureExt};
+
 use super::Store;
-use super::nodes::{Nodes, give_back_in_background};
+use super::nodes::{Nodes, give_back, give_back_in_background};
+use crate::backend::cluster;
 use crate::error::{Error, Result};
+use crate::lock::guard::Guard;
+use crate::lock::hold::Hold;
+use crate::lock::report::ReleaseReport;
 use crate::lock::state::Held;
 use crate::metrics::Loss;
 use crate::tasks::BackgroundWork;
 
 /// What a guard of a ZooKeeper lock holds besides the lock's state.
 #[derive(Debug)]
-pub(crate) struct Hold {
+pub(crate) struct ZooKeeperHold {
     pub(crate) store: Arc<Store>,
     pub(crate) nodes: Arc<Nodes>,
     /// Registration with the store's holders, for a shutdown.
-    holder: u64,
+    holder: Option<u64>,
     /// Registration with the heartbeat task, when auto-renewed.
     renewal: Option<u64>,
 }
 
-impl Hold {
-    /// Registers a fresh lock with the store, and with its heartbeat task
-    /// when `renew`. A lock that is not renewed ends at its validity: its
-    /// nodes would otherwise live as long as the session, which the other
-    /// locks of the client keep alive.
-    pub(crate) fn new(store: &Arc<Store>, held: &Arc<Held>, nodes: Nodes, renew: bool) -> Hold {
-        let nodes = Arc::new(nodes);
-        let holder = store.holders().insert((Arc::clone(held), Arc::clone(&nodes)));
-        let renewal = if renew {
-            Some(super::heartbeat::register(store, held, &nodes))
-        } else {
-            end_at_validity(store, held, &nodes);
-            None
-        };
-        Hold {
-            store: Arc::clone(store),
-            nodes,
-            holder,
-            renewal,
-        }
-    }
+/// The guard of a fresh lock, registered with the store, and with its
+/// heartbeat task when `renew`. A lock that is not renewed ends at its
+/// validity: its nodes would otherwise live as long as the session, which
+/// the other locks of the client keep alive.
+pub(crate) fn guard(
+    store: &Arc<Store>,
+    (held, nodes): (Held, Nodes),
+    renew: bool,
+    min_validity: Duration,
+) -> Guard {
+    let (held, nodes) = (Arc::new(held), Arc::new(nodes));
+    let renewal = if renew {
+        Some(super::heartbeat::register(store, &held, &nodes))
+    } else {
+        end_at_validity(store, &held, &nodes);
+        None
+    };
+    let hold = ZooKeeperHold {
+        holder: Some(store.holders.insert(&held, &nodes)),
+        renewal,
+        store: Arc::clone(store),
+        nodes,
+    };
+    Guard::new(held, Box::new(hold), min_validity)
+}
 
-    /// Ends renewal and the registration with the holders.
-    pub(crate) fn forget(&mut self) {
-        if let Some(id) = self.renewal.take() {
-            self.store.heartbeat.unregister(id);
-        }
-        self.store.holders().remove(self.holder);
-    }
-
+impl ZooKeeperHold {
     /// One heartbeat for this lock (a `sync` through the leader and a read
     /// of its nodes), then the lock valid for `ttl` (within what the session
     /// vouches for) from the heartbeat's sending.
-    pub(crate) async fn extend(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
+    async fn extend_session(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
         let store = &self.store;
         store.check_ttl(ttl)?;
         if store.is_closed() {
@@ -84,6 +87,50 @@ impl Hold {
             return Err(store.lost());
         }
         Ok(())
+    }
+}
+
+impl Hold for ZooKeeperHold {
+    fn round(&self) -> Duration {
+        self.store.request_timeout
+    }
+
+    fn is_closed(&self) -> bool {
+        self.store.is_closed()
+    }
+
+    fn lost_error(&self, _confirmed: usize) -> Error {
+        self.store.lost()
+    }
+
+    fn extend<'a>(
+        &'a self,
+        held: &'a Held,
+        ttl: Duration,
+        min_validity: Duration,
+    ) -> BoxFuture<'a, Result<()>> {
+        self.extend_session(held, ttl, min_validity).boxed()
+    }
+
+    fn release<'a>(&'a self, held: &'a Held, claimed: bool) -> BoxFuture<'a, Result<ReleaseReport>> {
+        let given = async move { give_back(&self.store, held, &self.nodes).await.map(|()| None) };
+        cluster::release(claimed, given).boxed()
+    }
+
+    fn release_in_background(&self, held: &Arc<Held>) {
+        give_back_in_background(&self.store, held, &self.nodes);
+    }
+
+    fn stop_renewal(&mut self) {
+        if let Some(id) = self.renewal.take() {
+            self.store.heartbeat.unregister(id);
+        }
+    }
+
+    fn unregister(&mut self) {
+        if let Some(id) = self.holder.take() {
+            self.store.holders.remove(id);
+        }
     }
 }
 

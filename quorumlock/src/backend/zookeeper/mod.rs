@@ -23,34 +23,30 @@
 //! docs/safety.md the guarantees.
 
 mod heartbeat;
-mod hold;
+pub(crate) mod hold;
 mod inspect;
 mod line;
 mod mutex;
 mod nodes;
 mod url;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::join_all;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState};
 
-pub(crate) use hold::Hold;
 pub(crate) use inspect::{delete_holder, look};
 pub(crate) use mutex::acquire;
-pub(crate) use nodes::{Nodes, give_back, give_back_in_background};
+pub(crate) use nodes::{Nodes, give_back};
 pub(crate) use url::ZkUrl;
 
+use super::cluster::{self, Holders};
 use crate::config::Timing;
 use crate::config::{MAX_TTL, ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::lease::Lease;
-use crate::lock::registry::Registry;
 use crate::lock::resources::Resources;
-use crate::lock::state::Held;
-use crate::metrics::Loss;
 use crate::tasks::{BackgroundWork, Tasks};
 
 /// The failure of one ZooKeeper request: the client's error, or
@@ -72,7 +68,7 @@ pub(crate) struct Store {
     pub(crate) tasks: Arc<Tasks>,
     pub(crate) heartbeat: heartbeat::Heartbeat,
     /// Every lock a guard of this client holds, for a shutdown.
-    holders: Mutex<Registry<(Arc<Held>, Arc<Nodes>)>>,
+    pub(crate) holders: Holders<Nodes>,
 }
 
 impl std::fmt::Debug for Store {
@@ -95,7 +91,7 @@ impl Store {
             session: tokio::sync::Mutex::default(),
             tasks,
             heartbeat: heartbeat::Heartbeat::default(),
-            holders: Mutex::default(),
+            holders: Holders::default(),
         }
     }
 
@@ -155,34 +151,13 @@ impl Store {
         Error::unreachable_store(self.url.redacted(), kind)
     }
 
-    /// Another owner holds the lock.
-    pub(crate) fn held(&self) -> Error {
-        Error::Held {
-            refused: 1,
-            nodes: 1,
-            errors: Vec::new(),
-        }
-    }
-
-    /// The lock is no longer ours (session expired, node gone).
+    /// The lock is no longer ours.
     pub(crate) fn lost(&self) -> Error {
-        if self.is_closed() {
-            return Error::Closed;
-        }
-        Error::Lost {
-            confirmed: 0,
-            quorum: 1,
-            nodes: 1,
-        }
+        cluster::lost(self.is_closed())
     }
 
     pub(crate) fn is_closed(&self) -> bool {
         self.tasks.is_closed()
-    }
-
-    pub(crate) fn holders(&self) -> MutexGuard<'_, Registry<(Arc<Held>, Arc<Nodes>)>> {
-        // Plain data, valid after a panic in another thread.
-        self.holders.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ends the client: no new lock, every held lock given back by
@@ -194,15 +169,12 @@ impl Store {
         deadline: Instant,
     ) -> (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>) {
         self.tasks.closing().cancel();
-        let held = self.holders().take_all();
-        let releases = held.into_iter().filter_map(|(held, nodes)| {
-            held.mark_lost(Loss::Shutdown);
-            held.claim_release().then_some(async move {
-                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &nodes)).await;
-                (held.resources.clone(), matches!(given, Ok(Ok(_))))
+        let outcomes = self
+            .holders
+            .give_back_all(deadline, |held, nodes| async move {
+                give_back(self, &held, &nodes).await.is_ok()
             })
-        });
-        let outcomes = join_all(releases).await;
+            .await;
         let unfinished = self.tasks.close_and_wait(deadline).await;
         self.session.lock().await.take();
         (outcomes, unfinished)

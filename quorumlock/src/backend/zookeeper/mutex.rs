@@ -11,6 +11,7 @@ use zookeeper_client::{Acls, Client, CreateMode};
 use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Store, ZkResult};
+use crate::backend::cluster;
 use crate::config::ZK_WAITER_RECHECK;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::in_line;
@@ -101,7 +102,7 @@ async fn attempt(
         // its deletion.
         for parent in &parents {
             if !line(store, &client, parent).await?.contenders.is_empty() {
-                return Err(store.held());
+                return Err(cluster::held());
             }
         }
     }
@@ -247,7 +248,7 @@ async fn wait_first(
             return Ok(line.changed_at);
         }
         let Some(deadline) = deadline else {
-            return Err(store.held());
+            return Err(cluster::held());
         };
         let predecessor = format!("{parent}/{}", line.contenders[place - 1]);
         wait_gone(store, client, &predecessor, deadline).await?;
@@ -269,7 +270,7 @@ async fn wait_gone(store: &Store, client: &Client, path: &str, deadline: Instant
         tokio::select! {
             _ = watcher.changed() => {}
             () = tokio::time::sleep(ZK_WAITER_RECHECK) => {}
-            () = tokio::time::sleep_until(deadline) => return Err(store.held()),
+            () = tokio::time::sleep_until(deadline) => return Err(cluster::held()),
             () = store.tasks.closing().cancelled() => return Err(Error::Closed),
         }
     }

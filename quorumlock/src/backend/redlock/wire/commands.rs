@@ -221,7 +221,7 @@ mod tests {
     /// The names in `SCRIPTS`, in its order, as its definition spells them
     /// (`&lock::ACQUIRE` is `ACQUIRE`).
     fn listed_scripts() -> Vec<String> {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/wire/mod.rs"))
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/redlock/wire/mod.rs"))
             .expect("the wire layer's mod.rs");
         let list = text.split("static SCRIPTS").nth(1).expect("SCRIPTS in mod.rs");
         let list = list.split("];").next().unwrap_or_default();
@@ -240,7 +240,7 @@ mod tests {
     #[test]
     fn every_script_of_the_wire_layer_is_listed() {
         let mut declared = BTreeSet::new();
-        for (file, text) in sources("src/wire") {
+        for (file, text) in sources("src/backend/redlock/wire") {
             for (at, _) in text.match_indices("script! {") {
                 let line = text[at..]
                     .lines()
