@@ -1,7 +1,11 @@
-//! Durations as people write them, for the environment and the command line.
+//! Durations as people write them, for the environment and the command
+//! line, and deadlines that far ahead.
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
+use crate::config::FAR_FUTURE;
 use crate::error::{Error, Result, Setting};
 
 /// The units accepted after a number, longest first so that `ms` is not
@@ -78,4 +82,12 @@ fn parse(input: &str) -> std::result::Result<Duration, String> {
 
 fn from_seconds(input: &str, seconds: f64) -> std::result::Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("{input:?} is out of range"))
+}
+
+/// The instant `after` from now, or one so far ahead that it never comes
+/// (for a wait or a timeout of `Duration::MAX`, "no limit"): an `Instant`
+/// cannot hold every `Duration`, and adding one that does not fit panics.
+pub(crate) fn deadline_after(after: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(after).unwrap_or(now + FAR_FUTURE)
 }

@@ -63,12 +63,11 @@ pub use inspect::{
 };
 pub use lock::acquisition::Acquisition;
 pub use lock::guard::{Guard, ReleaseReport};
-pub use lock::resources::{MAX_RESOURCES, Resources};
+pub use lock::resources::{MAX_RESOURCES, RESERVED_PREFIX, Resources};
 // For the quorumlock CLI's `check` on Redis Cluster and Sentinel members,
 // not covered by semver.
 #[doc(hidden)]
 pub use backend::redlock::node::{Layout as CliMemberLayout, layout_of as cli_member_layout};
-pub use backend::redlock::wire::keys::RESERVED_PREFIX;
 pub use options::LockOptions;
 #[doc(hidden)]
 pub use redact::redact_url;

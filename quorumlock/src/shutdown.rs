@@ -8,10 +8,11 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
-use crate::backend::redlock::quorum::{self, Until};
+use crate::backend::redlock::quorum::Until;
 use crate::backend::redlock::release::give_back;
 use crate::backend::redlock::shared::Shared;
 use crate::client::Redlock;
+use crate::duration::deadline_after;
 use crate::lock::resources::Resources;
 use crate::metrics::Loss;
 use crate::tasks::BackgroundWork;
@@ -111,7 +112,7 @@ impl Redlock {
     /// # }
     /// ```
     pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
-        let deadline = quorum::deadline_after(timeout);
+        let deadline = deadline_after(timeout);
         let (outcomes, unfinished) = match &self.backend {
             Backend::Redis(shared) => release_every_lock(shared, deadline).await,
             #[cfg(feature = "etcd")]

@@ -7,13 +7,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Idempotency;
-use crate::backend::redlock::quorum::{self, Quorum, Tally, Until};
+use crate::backend::redlock::quorum::{Quorum, Tally, Until};
 use crate::backend::redlock::release::{Deadlines, release_all};
 use crate::backend::redlock::wire::idempotency::{
     self as wire_idempotency, Claim as ClaimRequest, Record, Store,
 };
 use crate::backend::redlock::wire::lock::Release;
 use crate::backend::redlock::wire::millis;
+use crate::duration::deadline_after;
 use crate::error::{Error, Result, Setting};
 use crate::random;
 
@@ -26,7 +27,7 @@ impl Idempotency {
         keys: &Arc<[String]>,
         ttl: Duration,
     ) -> Result<Claim> {
-        let deadline = quorum::deadline_after(self.wait);
+        let deadline = deadline_after(self.wait);
         let cap = self.redlock.options.retry_delay.max(Duration::from_millis(1));
         let mut delay = cap / 8;
         loop {
@@ -37,7 +38,7 @@ impl Idempotency {
                 other => return other,
             };
             let pause = random::jitter(delay);
-            if quorum::deadline_after(pause) > deadline {
+            if deadline_after(pause) > deadline {
                 return Err(error);
             }
             tracing::debug!(key = keys[0], ?pause, %error, "idempotency key busy, polling");

@@ -5,7 +5,7 @@ use std::future::Future;
 
 use tokio::time::Instant;
 
-use crate::backend::redlock::quorum;
+use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::metrics;
 use crate::options::LockOptions;
@@ -34,7 +34,7 @@ where
     F: FnMut(Option<Instant>) -> Fut,
     Fut: Future<Output = Result<T>>,
 {
-    let deadline = waiting.then(|| quorum::deadline_after(options.wait));
+    let deadline = waiting.then(|| deadline_after(options.wait));
     let mut attempts = 0;
     loop {
         if is_closed() {

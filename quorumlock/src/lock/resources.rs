@@ -2,9 +2,18 @@
 
 use std::sync::Arc;
 
-use crate::backend::redlock::wire::MAX_LOCK_KEYS;
-use crate::backend::redlock::wire::keys::{self, RESERVED_PREFIX};
 use crate::error::{Error, Result, Setting};
+
+/// The prefix of every key and channel the library owns besides the lock
+/// keys, on every store. Resource names starting with it are refused
+/// (`Error::Config`), so that no lock can overwrite or block one of these
+/// keys and none of them can collide with a lock.
+pub const RESERVED_PREFIX: &str = "quorumlock:";
+
+/// Whether `resource` lies in the reserved namespace.
+pub(crate) fn is_reserved(resource: &str) -> bool {
+    resource.starts_with(RESERVED_PREFIX)
+}
 
 /// The resource names of one lock: one key per resource on every node.
 ///
@@ -44,7 +53,7 @@ impl Resources {
             if name.is_empty() {
                 return Err(Error::config(Setting::Resources, "empty resource name"));
             }
-            if keys::is_reserved(name) {
+            if is_reserved(name) {
                 return Err(Error::config(
                     Setting::Resources,
                     format!("resource {name:?} is in quorumlock's reserved namespace {RESERVED_PREFIX:?}"),
@@ -59,36 +68,6 @@ impl Resources {
         }
         Ok(self)
     }
-
-    /// Checks that the lock's keys fit a Redis Cluster member: a script
-    /// there may touch keys of one hash slot only, so every resource of a
-    /// lock, and every key derived from one (fence, hand-off queue), must
-    /// share a slot.
-    pub(crate) fn check_one_slot(&self) -> Result<()> {
-        let advice = "on a Redis Cluster member a lock's keys must share a hash slot: give them one \
-                      hash tag, as in {order:42}:stock and {order:42}:payment";
-        if let Some(name) = self.0.iter().find(|name| !keys::derives_in_slot(name)) {
-            return Err(Error::config(
-                Setting::Resources,
-                format!(
-                    "resource {name:?} has a `}}` but no hash tag, so its fence and queue keys cannot share its slot; {advice}"
-                ),
-            ));
-        }
-        let first = keys::slot(&self.0[0]);
-        if self.0.iter().any(|name| keys::slot(name) != first) {
-            let slots: Vec<String> = self
-                .0
-                .iter()
-                .map(|name| format!("{name:?} in slot {}", keys::slot(name)))
-                .collect();
-            return Err(Error::config(
-                Setting::Resources,
-                format!("{}; {advice}", slots.join(", ")),
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// Most resources one lock may take.
@@ -99,9 +78,6 @@ impl Resources {
 /// amount of work. 64 covers an order with a line per item; more resources
 /// than that are better locked under one coarser name.
 pub const MAX_RESOURCES: usize = 64;
-
-// The scripts' documented bounds assume no lock has more keys than this.
-const _: () = assert!(MAX_RESOURCES <= MAX_LOCK_KEYS);
 
 impl From<&str> for Resources {
     fn from(name: &str) -> Self {

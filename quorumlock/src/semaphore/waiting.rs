@@ -29,9 +29,9 @@ use tokio::time::Instant;
 
 use super::{Permit, Semaphore, Swept};
 use crate::backend::Backend;
-use crate::backend::redlock::quorum;
 use crate::backend::redlock::shared::Shared;
 use crate::backend::redlock::waiter::queue::Subscription;
+use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::random;
 
@@ -40,7 +40,7 @@ pub(super) async fn acquire(semaphore: &Semaphore, ttl: Duration) -> Result<Perm
     let options = &semaphore.redlock.options;
     let mut waiter = Waiter {
         semaphore,
-        deadline: quorum::deadline_after(options.wait),
+        deadline: deadline_after(options.wait),
         sweeps: 0,
         line: Line::NotYet,
         named: false,
@@ -122,7 +122,7 @@ impl Waiter<'_> {
         let options = &self.semaphore.redlock.options;
         let delay = random::jitter(options.retry_delay);
         tracing::debug!(sweeps = self.sweeps, ?delay, %error, "no permit free, waiting");
-        let wake = quorum::deadline_after(delay).min(self.deadline);
+        let wake = deadline_after(delay).min(self.deadline);
         let closing = self.shared().map(|shared| shared.quorum.tasks.closing().clone());
         let Line::Queued(subscription) = &mut self.line else {
             tokio::time::sleep_until(wake).await;

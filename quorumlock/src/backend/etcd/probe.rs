@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, ConnectOptions, PutOptions, Txn, TxnOp};
 
 use super::EtcdUrl;
-use crate::backend::redlock::wire::keys::RESERVED_PREFIX;
+use crate::lock::resources::RESERVED_PREFIX;
 use crate::random;
 
 /// One member given in the URL, as it answered.

@@ -12,8 +12,9 @@ use super::kind::Kind;
 use super::release::{Deadlines, release_all};
 use super::shared::Shared;
 use crate::backend::redlock::quorum::{Tally, Until};
+use crate::backend::redlock::wire::keys;
 use crate::backend::redlock::wire::lock::{Acquire, Release};
-use crate::error::{Error, NodeErrorKind, Result};
+use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Acquisition, Held};
@@ -39,7 +40,7 @@ pub(crate) async fn attempt(
 ) -> Result<Guard> {
     let ttl = shared.quorum.check_ttl(ttl, options.min_validity)?;
     if shared.quorum.one_slot() {
-        resources.check_one_slot()?;
+        check_one_slot(resources)?;
     }
     if shared.is_closed() {
         return Err(Error::Closed);
@@ -279,4 +280,34 @@ impl Drop for Undo<'_> {
                 release_all(&quorum, release, deadlines, Until::All, &[]).await;
             });
     }
+}
+
+/// Checks that the lock's keys fit a Redis Cluster member: a script
+/// there may touch keys of one hash slot only, so every resource of a
+/// lock, and every key derived from one (fence, hand-off queue), must
+/// share a slot.
+pub(crate) fn check_one_slot(resources: &Resources) -> Result<()> {
+    let advice = "on a Redis Cluster member a lock's keys must share a hash slot: give them one \
+                  hash tag, as in {order:42}:stock and {order:42}:payment";
+    if let Some(name) = resources.names().iter().find(|name| !keys::derives_in_slot(name)) {
+        return Err(Error::config(
+            Setting::Resources,
+            format!(
+                "resource {name:?} has a `}}` but no hash tag, so its fence and queue keys cannot share its slot; {advice}"
+            ),
+        ));
+    }
+    let first = keys::slot(&resources.names()[0]);
+    if resources.names().iter().any(|name| keys::slot(name) != first) {
+        let slots: Vec<String> = resources
+            .names()
+            .iter()
+            .map(|name| format!("{name:?} in slot {}", keys::slot(name)))
+            .collect();
+        return Err(Error::config(
+            Setting::Resources,
+            format!("{}; {advice}", slots.join(", ")),
+        ));
+    }
+    Ok(())
 }

@@ -19,7 +19,7 @@ use self::gather::{Answer, fan_out, gather, hand_over};
 pub(crate) use self::tally::{Tally, Until, quorum};
 use crate::backend::redlock::node::Node;
 use crate::backend::redlock::wire::Request;
-use crate::config::{FAR_FUTURE, MAX_TTL};
+use crate::config::MAX_TTL;
 use crate::error::{Error, NodeErrorKind, Result as LockResult, Setting};
 pub(crate) use crate::lock::lease::Lease;
 use crate::tasks::{BackgroundWork, Tasks};
@@ -239,14 +239,6 @@ impl Quorum {
         }
         Ok(ttl)
     }
-}
-
-/// The instant `after` from now, or one so far ahead that it never comes
-/// (for a wait or a timeout of `Duration::MAX`, "no limit"): an `Instant`
-/// cannot hold every `Duration`, and adding one that does not fit panics.
-pub(crate) fn deadline_after(after: Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(after).unwrap_or(now + FAR_FUTURE)
 }
 
 /// The clock drift allowance for a ttl: `ttl * factor + fixed`.

@@ -25,7 +25,7 @@ use self::queue::{Place, Subscription};
 use super::attempt::attempt;
 use super::kind::{Kind, Line};
 use super::shared::Shared;
-use crate::backend::redlock::quorum;
+use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
@@ -47,7 +47,7 @@ pub(crate) async fn lock(
         options,
         resources,
         ttl,
-        deadline: quorum::deadline_after(options.wait),
+        deadline: deadline_after(options.wait),
         attempts: 0,
         line: InLine::NotYet,
         woken: Woken::Polled,
@@ -151,7 +151,7 @@ impl Waiter<'_> {
         }
         let delay = random::jitter(self.options.retry_delay);
         tracing::debug!(attempts = self.attempts, ?delay, %error, "lock attempt failed, waiting");
-        let wake = quorum::deadline_after(delay).min(self.deadline);
+        let wake = deadline_after(delay).min(self.deadline);
         let closing = self.shared.quorum.tasks.closing();
         // A shutdown ends the wait at once: the next attempt says so.
         self.woken = match &self.line {

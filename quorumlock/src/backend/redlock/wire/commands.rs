@@ -221,8 +221,11 @@ mod tests {
     /// The names in `SCRIPTS`, in its order, as its definition spells them
     /// (`&lock::ACQUIRE` is `ACQUIRE`).
     fn listed_scripts() -> Vec<String> {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/src/backend/redlock/wire/mod.rs"))
-            .expect("the wire layer's mod.rs");
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/backend/redlock/wire/mod.rs"
+        ))
+        .expect("the wire layer's mod.rs");
         let list = text.split("static SCRIPTS").nth(1).expect("SCRIPTS in mod.rs");
         let list = list.split("];").next().unwrap_or_default();
         let names: Vec<String> = list

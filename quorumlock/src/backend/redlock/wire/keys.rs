@@ -14,9 +14,7 @@
 
 use std::fmt;
 
-/// The prefix of every key and channel the library owns besides the lock
-/// keys. Resource names starting with it are refused (`Error::Config`).
-pub const RESERVED_PREFIX: &str = "quorumlock:";
+pub(crate) use crate::lock::resources::{RESERVED_PREFIX, is_reserved};
 
 /// The key of `resource`'s fencing token on a lock node.
 pub(crate) fn fence(resource: &str) -> String {
@@ -110,11 +108,6 @@ pub(crate) const PROBE_PREFIX: &str = "quorumlock:check:";
 /// (theirs are hex), so that no waiter hears the probe.
 pub(crate) fn probe_channel(id: &str) -> String {
     wake_channel(&format!("check-{id}"))
-}
-
-/// Whether `resource` lies in the reserved namespace.
-pub(crate) fn is_reserved(resource: &str) -> bool {
-    resource.starts_with(RESERVED_PREFIX)
 }
 
 /// `prefix` and `resource`, in `resource`'s hash slot.

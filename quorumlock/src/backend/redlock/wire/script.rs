@@ -80,3 +80,6 @@ pub(crate) use script;
 /// the tens of microseconds. The client's per-lock resource limit must not
 /// exceed it.
 pub(crate) const MAX_LOCK_KEYS: usize = 64;
+
+// The scripts' documented bounds assume no lock has more keys than this.
+const _: () = assert!(crate::lock::resources::MAX_RESOURCES <= MAX_LOCK_KEYS);
