@@ -295,86 +295,90 @@ pub(crate) const SLOT_MAP_REFRESH_EVERY: Duration = Duration::from_millis(100);
 /// process's life, and small enough for every clock's `Instant`.
 pub(crate) const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
-/// The least time an etcd request may take before it counts as failed
-/// (the builder's node timeout, when larger, applies instead).
-///
-/// A write to etcd is acknowledged once a majority of members has synced it
-/// to disk, and during a leader election nothing is acknowledged until a
-/// leader is elected (etcd's election timeout is 1 s by default). The Redis
-/// node timeout (100 ms) would turn a slow fsync into an outage; half a
-/// second rides out the fsync and a fast election, and the ttl check keeps
-/// every lock's validity above it.
+/// The etcd backend's timing rules.
 #[cfg(feature = "etcd")]
-pub(crate) const ETCD_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) mod etcd {
+    use std::time::Duration;
 
-/// How often the connection to each etcd member is checked with an HTTP/2
-/// ping.
-///
-/// A member that is paused or cut off keeps its TCP connection open and
-/// says nothing; the client would go on sending it its share of requests,
-/// each lost for a whole request timeout. An unanswered ping (within the
-/// request timeout) takes the member out of the balancer until it answers
-/// again. Four pings a second per member cost nothing next to the lock
-/// traffic and bound that detection to under a second.
-#[cfg(feature = "etcd")]
-pub(crate) const ETCD_PING_EVERY: Duration = Duration::from_millis(250);
+    /// The least time an etcd request may take before it counts as failed
+    /// (the builder's node timeout, when larger, applies instead).
+    ///
+    /// A write to etcd is acknowledged once a majority of members has synced it
+    /// to disk, and during a leader election nothing is acknowledged until a
+    /// leader is elected (etcd's election timeout is 1 s by default). The Redis
+    /// node timeout (100 ms) would turn a slow fsync into an outage; half a
+    /// second rides out the fsync and a fast election, and the ttl check keeps
+    /// every lock's validity above it.
+    pub(crate) const ETCD_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// How soon an etcd keep-alive that failed is sent again.
-///
-/// A failed keep-alive is nearly always a leader election or a member
-/// restart, over within an election timeout; trying every 100 ms confirms
-/// the lease as soon as a leader serves again, without flooding a cluster
-/// that is electing, and leaves many tries within a lease of a second or more.
-#[cfg(feature = "etcd")]
-pub(crate) const ETCD_RENEW_RETRY: Duration = Duration::from_millis(100);
+    /// How often the connection to each etcd member is checked with an HTTP/2
+    /// ping.
+    ///
+    /// A member that is paused or cut off keeps its TCP connection open and
+    /// says nothing; the client would go on sending it its share of requests,
+    /// each lost for a whole request timeout. An unanswered ping (within the
+    /// request timeout) takes the member out of the balancer until it answers
+    /// again. Four pings a second per member cost nothing next to the lock
+    /// traffic and bound that detection to under a second.
+    pub(crate) const ETCD_PING_EVERY: Duration = Duration::from_millis(250);
 
-/// The session timeout a `zk://` URL asks for when it names none
-/// (`?session_timeout=`): kazoo's default, so that a Python service and a
-/// Rust one on the same ensemble lose a dead holder's lock equally fast.
-/// The ensemble bounds it (by default to 2 to 20 ticks of its `tickTime`).
+    /// How soon an etcd keep-alive that failed is sent again.
+    ///
+    /// A failed keep-alive is nearly always a leader election or a member
+    /// restart, over within an election timeout; trying every 100 ms confirms
+    /// the lease as soon as a leader serves again, without flooding a cluster
+    /// that is electing, and leaves many tries within a lease of a second or more.
+    pub(crate) const ETCD_RENEW_RETRY: Duration = Duration::from_millis(100);
+}
+
+/// The ZooKeeper backend's timing rules.
 #[cfg(feature = "zookeeper")]
-pub(crate) const ZK_DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) mod zookeeper {
+    use std::time::Duration;
 
-/// The least time a ZooKeeper request may take before it counts as failed
-/// (the builder's node timeout, when larger, applies instead).
-///
-/// A write is acknowledged once a majority of the ensemble has logged it to
-/// disk, and while the ensemble elects a leader nothing is answered; half a
-/// second rides out a slow fsync and a fast election, as for etcd.
-#[cfg(feature = "zookeeper")]
-pub(crate) const ZK_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
+    /// The session timeout a `zk://` URL asks for when it names none
+    /// (`?session_timeout=`): kazoo's default, so that a Python service and a
+    /// Rust one on the same ensemble lose a dead holder's lock equally fast.
+    /// The ensemble bounds it (by default to 2 to 20 ticks of its `tickTime`).
+    pub(crate) const ZK_DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The share of the negotiated session timeout that an answered heartbeat
-/// vouches for, counted from the instant it was sent.
-///
-/// The ensemble's leader expires a session a session timeout after it last
-/// heard of it, and it hears of a client connected to a follower only
-/// through that follower's reply to its next ping (every half tick; a
-/// session timeout is at least two ticks, so that is at most a quarter of
-/// the timeout). A follower cut off from the leader right after it answered
-/// may never pass the last heartbeat on, but it did pass on the one before,
-/// sent at most a third of the timeout earlier (renewal comes at half the
-/// validity at the latest), so the session lives at least two thirds of
-/// the timeout past the last one's sending. Two thirds is also ZooKeeper's
-/// own client rule for declaring a connection dead.
-#[cfg(feature = "zookeeper")]
-pub(crate) const ZK_TRUSTED_SHARE: f64 = 2.0 / 3.0;
+    /// The least time a ZooKeeper request may take before it counts as failed
+    /// (the builder's node timeout, when larger, applies instead).
+    ///
+    /// A write is acknowledged once a majority of the ensemble has logged it to
+    /// disk, and while the ensemble elects a leader nothing is answered; half a
+    /// second rides out a slow fsync and a fast election, as for etcd.
+    pub(crate) const ZK_MIN_REQUEST_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// How soon a ZooKeeper heartbeat or release that failed is tried again.
-///
-/// A failed request is nearly always a connection moving to another server
-/// or an election, over within a second or two; every 100 ms confirms the
-/// session as soon as the ensemble serves again without flooding it.
-#[cfg(feature = "zookeeper")]
-pub(crate) const ZK_RETRY: Duration = Duration::from_millis(100);
+    /// The share of the negotiated session timeout that an answered heartbeat
+    /// vouches for, counted from the instant it was sent.
+    ///
+    /// The ensemble's leader expires a session a session timeout after it last
+    /// heard of it, and it hears of a client connected to a follower only
+    /// through that follower's reply to its next ping (every half tick; a
+    /// session timeout is at least two ticks, so that is at most a quarter of
+    /// the timeout). A follower cut off from the leader right after it answered
+    /// may never pass the last heartbeat on, but it did pass on the one before,
+    /// sent at most a third of the timeout earlier (renewal comes at half the
+    /// validity at the latest), so the session lives at least two thirds of
+    /// the timeout past the last one's sending. Two thirds is also ZooKeeper's
+    /// own client rule for declaring a connection dead.
+    pub(crate) const ZK_TRUSTED_SHARE: f64 = 2.0 / 3.0;
 
-/// How often a waiter looks at its predecessor's node again while it also
-/// waits for the watch on it: a watch set on a server that is paused or cut
-/// off may never fire, and the client moves to another server only after a
-/// ping goes unanswered. Looking again every half second bounds what a lost
-/// watch costs a waiter.
-#[cfg(feature = "zookeeper")]
-pub(crate) const ZK_WAITER_RECHECK: Duration = Duration::from_millis(500);
+    /// How soon a ZooKeeper heartbeat or release that failed is tried again.
+    ///
+    /// A failed request is nearly always a connection moving to another server
+    /// or an election, over within a second or two; every 100 ms confirms the
+    /// session as soon as the ensemble serves again without flooding it.
+    pub(crate) const ZK_RETRY: Duration = Duration::from_millis(100);
+
+    /// How often a waiter looks at its predecessor's node again while it also
+    /// waits for the watch on it: a watch set on a server that is paused or cut
+    /// off may never fire, and the client moves to another server only after a
+    /// ping goes unanswered. Looking again every half second bounds what a lost
+    /// watch costs a waiter.
+    pub(crate) const ZK_WAITER_RECHECK: Duration = Duration::from_millis(500);
+}
 
 /// The builder's settings that apply to a store that counts as one member
 /// (an etcd cluster, a ZooKeeper ensemble).

@@ -58,11 +58,11 @@ pub use config::{
 pub use duration::parse_duration;
 pub use error::{ConfigError, Error, NodeError, NodeErrorKind, Result, Setting};
 pub use idempotency::Idempotency;
-pub use inspect::{
-    DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
-};
 pub use lock::acquisition::Acquisition;
 pub use lock::guard::{Guard, ReleaseReport};
+pub use lock::inspection::{
+    DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
+};
 pub use lock::resources::{MAX_RESOURCES, RESERVED_PREFIX, Resources};
 // For the quorumlock CLI's `check` on Redis Cluster and Sentinel members,
 // not covered by semver.

@@ -3,18 +3,9 @@
 use std::fmt;
 use std::time::Duration;
 
-use futures::future::join_all;
-
-use tokio::time::Instant;
-
-use crate::backend::Backend;
-use crate::backend::redlock::quorum::Until;
-use crate::backend::redlock::release::give_back;
-use crate::backend::redlock::shared::Shared;
 use crate::client::Redlock;
 use crate::duration::deadline_after;
 use crate::lock::resources::Resources;
-use crate::metrics::Loss;
 use crate::tasks::BackgroundWork;
 
 /// What [`Redlock::shutdown`] achieved.
@@ -113,13 +104,7 @@ impl Redlock {
     /// ```
     pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
         let deadline = deadline_after(timeout);
-        let (outcomes, unfinished) = match &self.backend {
-            Backend::Redis(shared) => release_every_lock(shared, deadline).await,
-            #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => store.shutdown(deadline).await,
-            #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => store.shutdown(deadline).await,
-        };
+        let (outcomes, unfinished) = self.backend.shutdown(deadline).await;
         let released = outcomes.len();
         let unconfirmed = outcomes
             .into_iter()
@@ -134,29 +119,4 @@ impl Redlock {
         tracing::debug!(%report, "client shut down");
         report
     }
-}
-
-/// Each lock still held, given back, with whether a majority confirmed
-/// that; then the background work still running at `deadline`.
-type Released = (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>);
-
-/// [`Redlock::shutdown`] on Redis nodes.
-async fn release_every_lock(shared: &Shared, deadline: Instant) -> Released {
-    let quorum = &shared.quorum;
-    // First: from here on no attempt hands over a lock (see `attempt`).
-    quorum.tasks.closing().cancel();
-    shared.handoff.leave_all(quorum, deadline).await;
-    let held = shared.holders.take_all();
-    let releases = held.into_iter().filter_map(|held| {
-        held.mark_lost(Loss::Shutdown);
-        held.claim_release().then_some(async move {
-            // As `Guard::release`: inside its minimum hold a lock's keys
-            // are kept until it passes, never deleted early.
-            let tally = give_back(quorum, &held, Some(deadline), Until::All).await.tally;
-            let confirmed = tally.ok + tally.refused >= tally.quorum();
-            (held.resources.clone(), confirmed)
-        })
-    });
-    let outcomes = join_all(releases).await;
-    (outcomes, quorum.tasks.close_and_wait(deadline).await)
 }

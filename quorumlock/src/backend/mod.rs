@@ -40,12 +40,18 @@ use crate::backend::redlock::waiter;
 use crate::config::Timing;
 use crate::error::{Error, Result, Setting};
 use crate::lock::guard::Guard;
+use crate::lock::inspection::{Inspection, UnlockReport};
 use crate::lock::resources::Resources;
 use crate::metrics::{self, Call};
 use crate::options::LockOptions;
 #[cfg(not(all(feature = "etcd", feature = "zookeeper")))]
 use crate::redact::redact_url;
-use crate::tasks::Tasks;
+use crate::tasks::{BackgroundWork, Tasks};
+
+/// What a shutdown did: each lock still held, given back, with whether its
+/// store confirmed that; then the background work still running at the
+/// deadline, by kind.
+pub(crate) type Released = (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>);
 
 /// The store a client's locks live in, chosen by the node URLs.
 #[derive(Clone, Debug)]
@@ -146,6 +152,42 @@ impl Backend {
             Backend::Etcd(store) => store.is_closed(),
             #[cfg(feature = "zookeeper")]
             Backend::ZooKeeper(store) => store.is_closed(),
+        }
+    }
+
+    /// What each member holds for `resource` ([`crate::Redlock::inspect`]).
+    pub(crate) async fn inspect(&self, resource: String) -> Inspection {
+        match self {
+            Backend::Redis(shared) => redlock::inspect::inspect(&shared.quorum, resource).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => etcd::inspect::inspect(store, resource).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => zookeeper::inspect::inspect(store, resource).await,
+        }
+    }
+
+    /// Clears `resource` where it holds `token`, or whoever holds it
+    /// without one ([`crate::Redlock::unlock`], `force_unlock`).
+    pub(crate) async fn unlock(&self, resource: String, token: Option<&str>) -> UnlockReport {
+        match self {
+            Backend::Redis(shared) => redlock::inspect::unlock(&shared.quorum, resource, token).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => etcd::inspect::unlock(store, resource, token).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => zookeeper::inspect::unlock(store, resource, token).await,
+        }
+    }
+
+    /// Ends the client ([`crate::Redlock::shutdown`]): no new lock, every
+    /// held lock given back by `deadline`, then the background work still
+    /// running at the deadline.
+    pub(crate) async fn shutdown(&self, deadline: Instant) -> Released {
+        match self {
+            Backend::Redis(shared) => shared.shutdown(deadline).await,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(store) => store.shutdown(deadline).await,
+            #[cfg(feature = "zookeeper")]
+            Backend::ZooKeeper(store) => store.shutdown(deadline).await,
         }
     }
 

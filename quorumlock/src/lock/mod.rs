@@ -21,8 +21,10 @@
 pub(crate) mod acquisition;
 pub(crate) mod guard;
 pub(crate) mod hold;
+pub(crate) mod holders;
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 pub(crate) mod in_line;
+pub(crate) mod inspection;
 pub(crate) mod lease;
 pub(crate) mod registry;
 pub(crate) mod report;

@@ -10,7 +10,6 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::registry::Registry;
 use super::resources::Resources;
 use crate::config::RENEW_DIVISOR;
 use crate::lock::lease::Lease;
@@ -304,31 +303,6 @@ impl Held {
 /// a renewal always has time to be confirmed before the validity ends.
 fn renewal_due(start: Instant, ttl: Duration, valid_until: Instant) -> Instant {
     (start + ttl / RENEW_DIVISOR).min(start + valid_until.saturating_duration_since(start) / 2)
-}
-
-/// Every lock held by a guard of one client, so that a shutdown can
-/// release the locks whose guards are still alive.
-#[derive(Debug, Default)]
-pub(crate) struct Holders(Mutex<Registry<Arc<Held>>>);
-
-impl Holders {
-    fn registry(&self) -> MutexGuard<'_, Registry<Arc<Held>>> {
-        // Plain data, valid after a panic in another thread.
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn insert(&self, held: &Arc<Held>) -> u64 {
-        self.registry().insert(Arc::clone(held))
-    }
-
-    pub(crate) fn remove(&self, id: u64) {
-        self.registry().remove(id);
-    }
-
-    /// Every lock still held, taken out of the registry.
-    pub(crate) fn take_all(&self) -> Vec<Arc<Held>> {
-        self.registry().take_all()
-    }
 }
 
 #[cfg(test)]

@@ -28,7 +28,6 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::{Permit, Semaphore, Swept};
-use crate::backend::Backend;
 use crate::backend::redlock::shared::Shared;
 use crate::backend::redlock::waiter::queue::Subscription;
 use crate::duration::deadline_after;
@@ -94,11 +93,7 @@ impl Waiter<'_> {
     }
 
     fn shared(&self) -> Option<&Arc<Shared>> {
-        match &self.semaphore.redlock.backend {
-            Backend::Redis(shared) => Some(shared),
-            #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-            _ => None,
-        }
+        self.semaphore.redlock.backend.redis("the hand-off queue").ok()
     }
 
     async fn get_in_line(&self) -> Line {

@@ -37,7 +37,7 @@ pub(crate) fn guard(
 ) -> Guard {
     let (held, keys) = (Arc::new(held), Arc::new(keys));
     let hold = EtcdHold {
-        holder: Some(store.holders.insert(&held, &keys)),
+        holder: Some(store.holders.insert(&held, Arc::clone(&keys))),
         renewal: renew.then(|| super::keepalive::register(store, &held, &keys)),
         store: Arc::clone(store),
         keys,

@@ -5,8 +5,12 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
+use tokio::time::Instant;
+
 use super::Store;
+use crate::backend::cluster::inspect::{self as cluster, Seen};
 use crate::error::{Error, NodeErrorKind};
+use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource: its holder, and how many wait behind it.
 #[derive(Clone, Debug)]
@@ -102,4 +106,30 @@ fn kind(error: Error) -> NodeErrorKind {
         Error::Unreachable { mut errors, .. } if !errors.is_empty() => errors.swap_remove(0).kind,
         other => NodeErrorKind::Etcd(other.to_string()),
     }
+}
+
+/// The cluster's line for `resource`, as an inspection of one member.
+pub(crate) async fn inspect(store: &Store, resource: String) -> Inspection {
+    let started = Instant::now();
+    let line = look(store, &resource).await;
+    let elapsed = started.elapsed();
+    let line = line.map(|line| {
+        line.holder.map(|holder| Seen {
+            valid_for: holder
+                .ttl
+                .saturating_sub(elapsed)
+                .saturating_sub(store.lease(started, holder.ttl).drift),
+            token: holder.token,
+            ttl: holder.ttl,
+            waiters: line.waiters,
+        })
+    });
+    cluster::inspection(store.url.redacted(), resource, elapsed, line)
+}
+
+/// Deletes the holder's key of `resource` when its token is `token` (any
+/// holder when `None`): the next in line holds the lock then.
+pub(crate) async fn unlock(store: &Store, resource: String, token: Option<&str>) -> UnlockReport {
+    let deleted = delete_holder(store, &resource, token).await;
+    cluster::unlock_report(store.url.redacted(), resource, deleted)
 }

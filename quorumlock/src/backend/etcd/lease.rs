@@ -10,7 +10,7 @@ use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
 use super::Store;
-use crate::config::ETCD_RENEW_RETRY;
+use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, Result};
 use crate::lock::state::Held;
 use crate::tasks::BackgroundWork;

@@ -22,7 +22,7 @@
 //! lock. docs/design.md has the layer map and docs/safety.md the guarantees.
 
 pub(crate) mod hold;
-mod inspect;
+pub(crate) mod inspect;
 mod keepalive;
 mod keeper;
 mod lease;
@@ -37,15 +37,16 @@ use etcd_client::{Client, ConnectOptions};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-pub(crate) use inspect::{delete_holder, look};
 pub(crate) use lease::{Keys, give_back};
 pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
-use super::cluster::{self, Holders};
+use super::cluster;
+use crate::config::MAX_TTL;
 use crate::config::Timing;
-use crate::config::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY, MAX_TTL};
+use crate::config::etcd::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
 use crate::lock::resources::Resources;
 use crate::tasks::{BackgroundWork, Tasks};
@@ -64,7 +65,7 @@ pub(crate) struct Store {
     pub(crate) tasks: Arc<Tasks>,
     pub(crate) keepalive: keepalive::KeepAlive,
     /// Every lock a guard of this client holds, for a shutdown.
-    pub(crate) holders: Holders<Keys>,
+    pub(crate) holders: Holders<Arc<Keys>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -166,8 +167,9 @@ impl Store {
         self.tasks.closing().cancel();
         let outcomes = self
             .holders
-            .give_back_all(deadline, |held, keys| async move {
-                give_back(self, &held, &keys).await.is_ok()
+            .give_back_all(|held, keys| async move {
+                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &keys)).await;
+                matches!(given, Ok(Ok(_)))
             })
             .await;
         (outcomes, self.tasks.close_and_wait(deadline).await)

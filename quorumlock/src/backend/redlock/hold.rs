@@ -34,7 +34,7 @@ pub(crate) fn guard(shared: &Arc<Shared>, held: Held, renew: bool, min_validity:
     let held = Arc::new(held);
     let hold = RedlockHold {
         shared: Arc::clone(shared),
-        holder: Some(shared.holders.insert(&held)),
+        holder: Some(shared.holders.insert(&held, ())),
         renewal: renew.then(|| watchdog::register(&shared.watchdog, &held)),
     };
     Guard::new(held, Box::new(hold), min_validity)

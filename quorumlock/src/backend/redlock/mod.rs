@@ -3,6 +3,7 @@
 pub(crate) mod attempt;
 pub(crate) mod fence;
 pub(crate) mod hold;
+pub(crate) mod inspect;
 pub(crate) mod kind;
 pub(crate) mod node;
 pub(crate) mod quorum;

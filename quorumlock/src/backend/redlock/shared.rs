@@ -5,7 +5,12 @@ use std::sync::Arc;
 use super::waiter::queue::Handoff;
 use super::watchdog::Watchdog;
 use crate::backend::redlock::quorum::Quorum;
-use crate::lock::state::Holders;
+use tokio::time::Instant;
+
+use super::quorum::Until;
+use super::release::give_back;
+use crate::backend::Released;
+use crate::lock::holders::Holders;
 
 /// The nodes, the renewal task, the hand-off waiters and the registry of
 /// held locks of one client (and all its clones and guards).
@@ -33,5 +38,23 @@ impl Shared {
     /// Whether the client was shut down.
     pub(crate) fn is_closed(&self) -> bool {
         self.quorum.tasks.is_closed()
+    }
+
+    /// [`Redlock::shutdown`](crate::Redlock::shutdown) on Redis nodes.
+    pub(crate) async fn shutdown(&self, deadline: Instant) -> Released {
+        let quorum = &self.quorum;
+        // First: from here on no attempt hands over a lock (see `attempt`).
+        quorum.tasks.closing().cancel();
+        self.handoff.leave_all(quorum, deadline).await;
+        let outcomes = self
+            .holders
+            .give_back_all(|held, ()| async move {
+                // As `Guard::release`: inside its minimum hold a lock's keys
+                // are kept until it passes, never deleted early.
+                let tally = give_back(quorum, &held, Some(deadline), Until::All).await.tally;
+                tally.ok + tally.refused >= tally.quorum()
+            })
+            .await;
+        (outcomes, quorum.tasks.close_and_wait(deadline).await)
     }
 }

@@ -7,7 +7,7 @@
 //!   read of every due lock's nodes; one round serves every lock due;
 //! - a lock counts as renewed from the instant the round was sent, for the
 //!   share of the session timeout a heartbeat vouches for
-//!   ([`crate::config::ZK_TRUSTED_SHARE`]) and never more than its ttl;
+//!   ([`crate::config::zookeeper::ZK_TRUSTED_SHARE`]) and never more than its ttl;
 //! - loss (the session expired, a node is gone, or the validity ran out
 //!   before a round was answered) fires the holder's signal once and gives
 //!   the lock back; the signal never depends on this task ([`Held::lost`]
@@ -22,7 +22,8 @@ use tokio::time::Instant;
 
 use super::nodes::{Nodes, give_back_in_background};
 use super::{Store, ZkResult};
-use crate::config::{WATCHDOG_LINGER, ZK_RETRY};
+use crate::config::WATCHDOG_LINGER;
+use crate::config::zookeeper::ZK_RETRY;
 use crate::lock::registry::Registry;
 use crate::lock::state::Held;
 use crate::metrics::{self, Loss};

@@ -48,7 +48,7 @@ pub(crate) fn guard(
         None
     };
     let hold = ZooKeeperHold {
-        holder: Some(store.holders.insert(&held, &nodes)),
+        holder: Some(store.holders.insert(&held, Arc::clone(&nodes))),
         renewal,
         store: Arc::clone(store),
         nodes,

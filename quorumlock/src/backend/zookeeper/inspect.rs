@@ -1,9 +1,15 @@
 //! What a ZooKeeper ensemble holds for a lock, and clearing it: the
 //! ZooKeeper side of `Redlock::inspect`, `unlock` and `force_unlock`.
 
+use std::time::Duration;
+
+use tokio::time::Instant;
+
 use super::Store;
 use super::line::{LOCK_MARK, line};
+use crate::backend::cluster::inspect::{self as cluster, Seen};
 use crate::error::{Error, NodeErrorKind};
+use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource: its holder, and how many wait behind it.
 #[derive(Clone, Debug)]
@@ -74,4 +80,27 @@ fn kind(error: Error) -> NodeErrorKind {
         Error::Unreachable { mut errors, .. } if !errors.is_empty() => errors.swap_remove(0).kind,
         other => NodeErrorKind::ZooKeeper(other.to_string()),
     }
+}
+
+/// The ensemble's line for `resource`, as an inspection of one member.
+pub(crate) async fn inspect(store: &Store, resource: String) -> Inspection {
+    let started = Instant::now();
+    let line = look(store, &resource).await;
+    let elapsed = started.elapsed();
+    let line = line.map(|line| {
+        line.holder.map(|holder| Seen {
+            token: holder.token,
+            ttl: Duration::ZERO,
+            valid_for: Duration::ZERO,
+            waiters: line.waiters,
+        })
+    });
+    cluster::inspection(store.url.redacted(), resource, elapsed, line)
+}
+
+/// Deletes the holder's node of `resource` when its token is `token` (any
+/// holder when `None`): the next in line holds the lock then.
+pub(crate) async fn unlock(store: &Store, resource: String, token: Option<&str>) -> UnlockReport {
+    let deleted = delete_holder(store, &resource, token).await;
+    cluster::unlock_report(store.url.redacted(), resource, deleted)
 }

@@ -24,7 +24,7 @@
 
 mod heartbeat;
 pub(crate) mod hold;
-mod inspect;
+pub(crate) mod inspect;
 mod line;
 mod mutex;
 mod nodes;
@@ -36,15 +36,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState};
 
-pub(crate) use inspect::{delete_holder, look};
 pub(crate) use mutex::acquire;
 pub(crate) use nodes::{Nodes, give_back};
 pub(crate) use url::ZkUrl;
 
-use super::cluster::{self, Holders};
+use super::cluster;
+use crate::config::MAX_TTL;
 use crate::config::Timing;
-use crate::config::{MAX_TTL, ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
+use crate::config::zookeeper::{ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
 use crate::lock::resources::Resources;
 use crate::tasks::{BackgroundWork, Tasks};
@@ -68,7 +69,7 @@ pub(crate) struct Store {
     pub(crate) tasks: Arc<Tasks>,
     pub(crate) heartbeat: heartbeat::Heartbeat,
     /// Every lock a guard of this client holds, for a shutdown.
-    pub(crate) holders: Holders<Nodes>,
+    pub(crate) holders: Holders<Arc<Nodes>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -171,8 +172,9 @@ impl Store {
         self.tasks.closing().cancel();
         let outcomes = self
             .holders
-            .give_back_all(deadline, |held, nodes| async move {
-                give_back(self, &held, &nodes).await.is_ok()
+            .give_back_all(|held, nodes| async move {
+                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &nodes)).await;
+                matches!(given, Ok(Ok(_)))
             })
             .await;
         let unfinished = self.tasks.close_and_wait(deadline).await;

@@ -12,7 +12,7 @@ use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Store, ZkResult};
 use crate::backend::cluster;
-use crate::config::ZK_WAITER_RECHECK;
+use crate::config::zookeeper::ZK_WAITER_RECHECK;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::in_line;
 use crate::lock::resources::Resources;

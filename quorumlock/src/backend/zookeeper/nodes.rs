@@ -9,7 +9,7 @@ use zookeeper_client::{Client, MultiReadResult};
 
 use super::line::line;
 use super::{Store, ZkResult};
-use crate::config::ZK_RETRY;
+use crate::config::zookeeper::ZK_RETRY;
 use crate::error::Result;
 use crate::lock::state::Held;
 use crate::tasks::BackgroundWork;

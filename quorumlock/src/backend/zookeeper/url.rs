@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::config::ZK_DEFAULT_SESSION_TIMEOUT;
+use crate::config::zookeeper::ZK_DEFAULT_SESSION_TIMEOUT;
 use crate::error::{Error, Result, Setting};
 
 /// A parsed `zk://[user:password@]host:port[,host:port...][/chroot][?session_timeout=D]`.

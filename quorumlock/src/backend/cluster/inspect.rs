@@ -4,32 +4,32 @@
 
 use std::time::Duration;
 
-use super::{
-    DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
-};
 #[cfg(doc)]
 use crate::Redlock;
 use crate::error::NodeErrorKind;
+use crate::lock::inspection::{
+    DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
+};
 
 /// The holder of a line, as its store shows it.
-pub(super) struct Holder {
-    pub(super) token: String,
+pub(crate) struct Seen {
+    pub(crate) token: String,
     /// What the store says is left of the holder's lock (zero where the
     /// lock has no time of its own, as a ZooKeeper node in a session).
-    pub(super) ttl: Duration,
+    pub(crate) ttl: Duration,
     /// What is certain of it: the ttl less the read's time and the drift.
-    pub(super) valid_for: Duration,
+    pub(crate) valid_for: Duration,
     /// Contenders behind it.
-    pub(super) waiters: u64,
+    pub(crate) waiters: u64,
 }
 
 /// The inspection of `resource` on the store named `node`, from what the
 /// read of its line found (`None`: nobody holds it).
-pub(super) fn inspection(
+pub(crate) fn inspection(
     node: String,
     resource: String,
     elapsed: Duration,
-    line: Result<Option<Holder>, NodeErrorKind>,
+    line: Result<Option<Seen>, NodeErrorKind>,
 ) -> Inspection {
     let (state, waiters, verdict) = match line {
         Ok(Some(holder)) => {
@@ -57,7 +57,7 @@ pub(super) fn inspection(
 
 /// The report of an unlock of `resource` on the store named `node`: the
 /// token deleted, or `None` when nobody (or another token) held it.
-pub(super) fn unlock_report(
+pub(crate) fn unlock_report(
     node: String,
     resource: String,
     deleted: Result<Option<String>, NodeErrorKind>,
