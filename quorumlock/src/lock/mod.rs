@@ -27,6 +27,7 @@ pub(crate) mod in_line;
 pub(crate) mod inspection;
 pub(crate) mod lease;
 pub(crate) mod registry;
+pub(crate) mod renewal;
 pub(crate) mod report;
 pub(crate) mod resources;
 pub(crate) mod state;

@@ -39,15 +39,10 @@ impl<T> Registry<T> {
         self.entries.is_empty()
     }
 
-    /// Every entry with its id, in id order.
-    #[cfg(any(feature = "etcd", feature = "zookeeper"))]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, &T)> {
-        self.entries.iter().map(|(id, entry)| (*id, entry))
-    }
-
-    /// Keeps the entries for which `keep` returns `true`, in id order.
-    pub(crate) fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
-        self.entries.retain(|_, entry| keep(entry));
+    /// Keeps the entries for which `keep` (given each id and entry)
+    /// returns `true`, in id order.
+    pub(crate) fn retain_with_ids(&mut self, mut keep: impl FnMut(u64, &T) -> bool) {
+        self.entries.retain(|id, entry| keep(*id, entry));
     }
 
     /// Every entry, taken out, in id order.
@@ -68,7 +63,7 @@ mod tests {
         assert_eq!(registry.remove(a), Some("a"));
         let c = registry.insert("c");
         assert!(a != c && b != c);
-        registry.retain(|entry| *entry != "x");
+        registry.retain_with_ids(|_, entry| *entry != "x");
         assert_eq!(registry.take_all(), ["b", "c"]);
         assert!(registry.is_empty());
         assert_eq!(registry.remove(b), None);

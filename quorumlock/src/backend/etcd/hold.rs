@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 
 use super::Store;
+use super::keepalive::{Entry, EtcdRound};
 use super::lease::{Keys, give_back, give_back_in_background, relocate};
 use crate::backend::cluster;
 use crate::error::{Error, Result};
@@ -38,7 +39,12 @@ pub(crate) fn guard(
     let (held, keys) = (Arc::new(held), Arc::new(keys));
     let hold = EtcdHold {
         holder: Some(store.holders.insert(&held, Arc::clone(&keys))),
-        renewal: renew.then(|| super::keepalive::register(store, &held, &keys)),
+        renewal: renew.then(|| {
+            let entry = Entry::new(&keys);
+            store
+                .renewal
+                .register(&held, entry, || EtcdRound(Arc::clone(store)))
+        }),
         store: Arc::clone(store),
         keys,
     };
@@ -106,7 +112,7 @@ impl Hold for EtcdHold {
 
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
-            self.store.keepalive.unregister(id);
+            self.store.renewal.unregister(id);
         }
     }
 

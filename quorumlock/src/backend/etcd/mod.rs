@@ -23,7 +23,7 @@
 
 pub(crate) mod hold;
 pub(crate) mod inspect;
-mod keepalive;
+pub(crate) mod keepalive;
 mod keeper;
 mod lease;
 mod mutex;
@@ -48,6 +48,7 @@ use crate::config::etcd::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
+use crate::lock::renewal::Renewal;
 use crate::lock::resources::Resources;
 use crate::tasks::{BackgroundWork, Tasks};
 
@@ -63,7 +64,8 @@ pub(crate) struct Store {
     drift_fixed: Duration,
     client: OnceCell<Client>,
     pub(crate) tasks: Arc<Tasks>,
-    pub(crate) keepalive: keepalive::KeepAlive,
+    /// Every auto-renewed lock, and the renewal task.
+    pub(crate) renewal: Arc<Renewal<Arc<keepalive::Entry>>>,
     /// Every lock a guard of this client holds, for a shutdown.
     pub(crate) holders: Holders<Arc<Keys>>,
 }
@@ -87,7 +89,7 @@ impl Store {
             drift_fixed: timing.drift_fixed,
             client: OnceCell::new(),
             tasks,
-            keepalive: keepalive::KeepAlive::default(),
+            renewal: Arc::default(),
             holders: Holders::default(),
         }
     }

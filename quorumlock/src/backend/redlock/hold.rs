@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use super::quorum::Until;
 use super::release::{give_back, release_in_background, report};
 use super::shared::Shared;
-use super::watchdog;
 use super::wire::lock::Extend;
 use super::wire::millis;
 use crate::error::{Error, Result};
@@ -35,7 +34,7 @@ pub(crate) fn guard(shared: &Arc<Shared>, held: Held, renew: bool, min_validity:
     let hold = RedlockHold {
         shared: Arc::clone(shared),
         holder: Some(shared.holders.insert(&held, ())),
-        renewal: renew.then(|| watchdog::register(&shared.watchdog, &held)),
+        renewal: renew.then(|| shared.renew(&held)),
     };
     Guard::new(held, Box::new(hold), min_validity)
 }
@@ -128,7 +127,7 @@ impl Hold for RedlockHold {
 
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
-            self.shared.watchdog.unregister(id);
+            self.shared.renewal.unregister(id);
         }
     }
 

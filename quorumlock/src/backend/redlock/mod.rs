@@ -8,7 +8,7 @@ pub(crate) mod kind;
 pub(crate) mod node;
 pub(crate) mod quorum;
 pub(crate) mod release;
+pub(crate) mod renew;
 pub(crate) mod shared;
 pub(crate) mod waiter;
-pub(crate) mod watchdog;
 pub(crate) mod wire;

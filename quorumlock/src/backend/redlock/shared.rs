@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use super::renew::RedlockRound;
 use super::waiter::queue::Handoff;
-use super::watchdog::Watchdog;
 use crate::backend::redlock::quorum::Quorum;
 use tokio::time::Instant;
 
@@ -11,13 +11,18 @@ use super::quorum::Until;
 use super::release::give_back;
 use crate::backend::Released;
 use crate::lock::holders::Holders;
+use crate::lock::renewal::Renewal;
+use crate::lock::state::Held;
 
 /// The nodes, the renewal task, the hand-off waiters and the registry of
 /// held locks of one client (and all its clones and guards).
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) quorum: Arc<Quorum>,
-    pub(crate) watchdog: Arc<Watchdog>,
+    /// Every auto-renewed lock, and the renewal task.
+    pub(crate) renewal: Arc<Renewal<()>>,
+    /// Renewals re-create our key where a node lost it.
+    heal: bool,
     pub(crate) handoff: Handoff,
     /// Every lock a guard of this client holds, for shutdown.
     pub(crate) holders: Holders,
@@ -28,11 +33,20 @@ impl Shared {
     pub(crate) fn new(quorum: Quorum, heal: bool) -> Self {
         let quorum = Arc::new(quorum);
         Shared {
-            watchdog: Arc::new(Watchdog::new(Arc::clone(&quorum), heal)),
+            renewal: Arc::default(),
+            heal,
             quorum,
             handoff: Handoff::default(),
             holders: Holders::default(),
         }
+    }
+
+    /// Starts renewing `held`; returns the id to unregister with.
+    pub(crate) fn renew(&self, held: &Arc<Held>) -> u64 {
+        self.renewal.register(held, (), || RedlockRound {
+            quorum: Arc::clone(&self.quorum),
+            heal: self.heal,
+        })
     }
 
     /// Whether the client was shut down.

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use futures::future::{BoxFuture, FutureExt};
 
 use super::Store;
+use super::heartbeat::ZooKeeperRound;
 use super::nodes::{Nodes, give_back, give_back_in_background};
 use crate::backend::cluster;
 use crate::error::{Error, Result};
@@ -42,7 +43,11 @@ pub(crate) fn guard(
 ) -> Guard {
     let (held, nodes) = (Arc::new(held), Arc::new(nodes));
     let renewal = if renew {
-        Some(super::heartbeat::register(store, &held, &nodes))
+        Some(
+            store
+                .renewal
+                .register(&held, Arc::clone(&nodes), || ZooKeeperRound(Arc::clone(store))),
+        )
     } else {
         end_at_validity(store, &held, &nodes);
         None
@@ -123,7 +128,7 @@ impl Hold for ZooKeeperHold {
 
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
-            self.store.heartbeat.unregister(id);
+            self.store.renewal.unregister(id);
         }
     }
 

@@ -22,7 +22,7 @@
 //! leader has every acknowledged write. docs/design.md has the layer map and
 //! docs/safety.md the guarantees.
 
-mod heartbeat;
+pub(crate) mod heartbeat;
 pub(crate) mod hold;
 pub(crate) mod inspect;
 mod line;
@@ -47,6 +47,7 @@ use crate::config::zookeeper::{ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
+use crate::lock::renewal::Renewal;
 use crate::lock::resources::Resources;
 use crate::tasks::{BackgroundWork, Tasks};
 
@@ -67,7 +68,8 @@ pub(crate) struct Store {
     drift_fixed: Duration,
     session: tokio::sync::Mutex<Option<Client>>,
     pub(crate) tasks: Arc<Tasks>,
-    pub(crate) heartbeat: heartbeat::Heartbeat,
+    /// Every auto-renewed lock, and the renewal task.
+    pub(crate) renewal: Arc<Renewal<Arc<Nodes>>>,
     /// Every lock a guard of this client holds, for a shutdown.
     pub(crate) holders: Holders<Arc<Nodes>>,
 }
@@ -91,7 +93,7 @@ impl Store {
             drift_fixed: timing.drift_fixed,
             session: tokio::sync::Mutex::default(),
             tasks,
-            heartbeat: heartbeat::Heartbeat::default(),
+            renewal: Arc::default(),
             holders: Holders::default(),
         }
     }
