@@ -42,12 +42,11 @@ pub(crate) use mutex::acquire;
 pub(crate) use url::EtcdUrl;
 
 use super::cluster;
-use crate::config::MAX_TTL;
 use crate::config::Timing;
 use crate::config::etcd::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::holders::Holders;
-use crate::lock::lease::Lease;
+use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
 use crate::lock::resources::Resources;
 use crate::tasks::{BackgroundWork, Tasks};
@@ -195,37 +194,32 @@ impl Store {
             start: sent,
             ttl,
             life: ttl,
-            drift: ttl.mul_f64(self.drift_factor) + self.drift_fixed,
+            drift: drift(ttl, self.drift_factor, self.drift_fixed),
         }
     }
 
-    /// The ttl as a lease takes it: whole seconds (rounded up, so that the
-    /// lock lasts at least as long as asked), and long enough to leave
-    /// validity after a request and the drift allowance.
+    /// The ttl rule ([`check_ttl`]) for a lease: whole seconds, and room
+    /// for the request timeout.
     pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<i64> {
-        if requested.is_zero() || requested > MAX_TTL {
-            return Err(Error::config(
-                Setting::Ttl,
-                format!("ttl must be greater than zero and at most {MAX_TTL:?}, got {requested:?}"),
-            ));
-        }
-        let seconds = requested.as_secs() + u64::from(requested.subsec_nanos() > 0);
-        let ttl = Duration::from_secs(seconds);
-        let drift = self.lease(Instant::now(), ttl).drift;
-        if drift + self.request_timeout >= ttl || min_validity + drift >= ttl {
-            return Err(Error::config(
-                Setting::Ttl,
-                format!(
-                    "ttl {ttl:?} (an etcd lease counts whole seconds) leaves no validity after the drift \
-                     allowance {drift:?}, the request timeout {:?} and the minimum validity {min_validity:?}",
-                    self.request_timeout
-                ),
-            ));
-        }
+        let drift = |ttl| drift(ttl, self.drift_factor, self.drift_fixed);
+        let ttl = check_ttl(
+            requested,
+            LEASE_SECONDS,
+            self.request_timeout,
+            drift,
+            min_validity,
+        )?;
         // At most MAX_TTL in seconds, far below i64::MAX.
-        Ok(i64::try_from(seconds).unwrap_or(i64::MAX))
+        Ok(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
     }
 }
+
+/// An etcd lease counts whole seconds; a lock lasts at least as long as
+/// asked.
+const LEASE_SECONDS: TtlUnit = TtlUnit {
+    unit: Duration::from_secs(1),
+    round_up: true,
+};
 
 /// `etcds://` trusts the system's root certificates, or the URL's `ca`;
 /// with `cert` and `key` it shows that client certificate.

@@ -67,7 +67,7 @@ impl ZooKeeperHold {
     /// vouches for) from the heartbeat's sending.
     async fn extend_session(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
         let store = &self.store;
-        store.check_ttl(ttl)?;
+        let ttl = store.check_ttl(ttl, min_validity)?;
         if store.is_closed() {
             return Err(Error::Closed);
         }

@@ -41,12 +41,11 @@ pub(crate) use nodes::{Nodes, give_back};
 pub(crate) use url::ZkUrl;
 
 use super::cluster;
-use crate::config::MAX_TTL;
 use crate::config::Timing;
 use crate::config::zookeeper::{ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::holders::Holders;
-use crate::lock::lease::Lease;
+use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
 use crate::lock::resources::Resources;
 use crate::tasks::{BackgroundWork, Tasks};
@@ -210,19 +209,20 @@ impl Store {
             start: sent,
             ttl,
             life,
-            drift: life.mul_f64(self.drift_factor) + self.drift_fixed,
+            drift: drift(life, self.drift_factor, self.drift_fixed),
         }
     }
 
-    /// A ttl a lock may have: above zero, at most [`MAX_TTL`].
-    pub(crate) fn check_ttl(&self, ttl: Duration) -> Result<()> {
-        if ttl.is_zero() || ttl > MAX_TTL {
-            return Err(Error::config(
-                Setting::Ttl,
-                format!("ttl must be greater than zero and at most {MAX_TTL:?}, got {ttl:?}"),
-            ));
-        }
-        Ok(())
+    /// The ttl rule ([`check_ttl`]): room for the request timeout.
+    pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
+        let drift = |ttl| drift(ttl, self.drift_factor, self.drift_fixed);
+        check_ttl(
+            requested,
+            TtlUnit::MILLIS,
+            self.request_timeout,
+            drift,
+            min_validity,
+        )
     }
 }
 

@@ -49,23 +49,12 @@ pub(crate) async fn acquire(
 
 /// What a ZooKeeper lock cannot be asked for.
 fn check(store: &Store, options: &LockOptions, ttl: Duration) -> Result<()> {
-    store.check_ttl(ttl)?;
+    store.check_ttl(ttl, options.min_validity)?;
     if options.min_hold.is_some() {
         return Err(Error::config(
             Setting::MinHold,
             "a minimum hold needs lock keys that outlive the client (Redis or etcd nodes); \
              a ZooKeeper lock's nodes end with its client's session",
-        ));
-    }
-    let drift = ttl.mul_f64(store.drift_factor) + store.drift_fixed;
-    if drift + store.request_timeout >= ttl || options.min_validity + drift >= ttl {
-        return Err(Error::config(
-            Setting::Ttl,
-            format!(
-                "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the request \
-                 timeout {:?} and the minimum validity {:?}",
-                store.request_timeout, options.min_validity
-            ),
         ));
     }
     Ok(())

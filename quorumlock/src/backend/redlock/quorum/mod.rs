@@ -19,9 +19,9 @@ use self::gather::{Answer, fan_out, gather, hand_over};
 pub(crate) use self::tally::{Tally, Until, quorum};
 use crate::backend::redlock::node::Node;
 use crate::backend::redlock::wire::Request;
-use crate::config::MAX_TTL;
-use crate::error::{Error, NodeErrorKind, Result as LockResult, Setting};
+use crate::error::{NodeErrorKind, Result as LockResult};
 pub(crate) use crate::lock::lease::Lease;
+use crate::lock::lease::{TtlUnit, check_ttl, drift};
 use crate::tasks::{BackgroundWork, Tasks};
 
 /// The nodes of one client, the client's background work, and its timing
@@ -214,40 +214,17 @@ impl Quorum {
         }
     }
 
-    /// Checks that `requested` leaves room for the per-node timeout, the
-    /// drift and `min_validity`, and returns it cut to whole milliseconds
-    /// (the unit Redis stores, so the validity is computed from the ttl the
-    /// nodes really apply).
+    /// The ttl rule ([`check_ttl`]) on Redis nodes: whole milliseconds,
+    /// and room for the per-node timeout.
     pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> LockResult<Duration> {
-        let ttl = Duration::from_millis(u64::try_from(requested.as_millis()).unwrap_or(u64::MAX));
-        if ttl.is_zero() || ttl > MAX_TTL {
-            return Err(Error::config(
-                Setting::Ttl,
-                format!("ttl must be at least 1 ms and at most {MAX_TTL:?}, got {requested:?}"),
-            ));
-        }
-        let drift = self.drift(ttl);
-        let timeout = self.node_timeout;
-        if drift.saturating_add(timeout) >= ttl || min_validity.saturating_add(drift) >= ttl {
-            return Err(Error::config(
-                Setting::Ttl,
-                format!(
-                    "ttl {ttl:?} leaves no validity after the drift allowance {drift:?}, the node timeout \
-                 {timeout:?} and the minimum validity {min_validity:?}"
-                ),
-            ));
-        }
-        Ok(ttl)
+        check_ttl(
+            requested,
+            TtlUnit::MILLIS,
+            self.node_timeout,
+            |ttl| self.drift(ttl),
+            min_validity,
+        )
     }
-}
-
-/// The clock drift allowance for a ttl: `ttl * factor + fixed`.
-///
-/// Nodes expire keys by their own clocks, which may run faster than ours;
-/// the reference Redlock implementation allows 1 % of the ttl plus 2 ms for
-/// the granularity of Redis expiry (the defaults in `config`).
-pub(crate) fn drift(ttl: Duration, factor: f64, fixed: Duration) -> Duration {
-    ttl.mul_f64(factor).saturating_add(fixed)
 }
 
 #[cfg(test)]
