@@ -4,9 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::redlock::masters::Masters;
 use crate::backend::redlock::node::{Node, ReplicaAck, Settings};
 use crate::backend::redlock::quorum::Quorum;
-use crate::backend::redlock::shared::Shared;
 use crate::backend::{self, Backend};
 use crate::client::Redlock;
 use crate::config::{
@@ -392,8 +392,8 @@ impl RedlockBuilder {
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
         };
-        let shared = Shared::new(quorum, self.heal);
-        Ok(Redlock::new(Backend::Redis(Arc::new(shared)), options))
+        let masters = Masters::new(quorum, self.heal);
+        Ok(Redlock::new(Backend::Redlock(Arc::new(masters)), options))
     }
 
     /// The backend other than Redis that the node URLs name, if any (see

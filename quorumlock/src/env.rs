@@ -187,7 +187,7 @@ mod tests {
         .and_then(RedlockBuilder::build)
         .expect("valid settings");
         assert_eq!(redlock.nodes(), 3);
-        let quorum = &redlock.backend.redis("test").unwrap().quorum;
+        let quorum = &redlock.backend.redlock("test").unwrap().quorum;
         assert_eq!(quorum.node_timeout, Duration::from_millis(250));
         let options = redlock.options();
         assert_eq!(options.wait, Duration::from_secs(90));
@@ -206,7 +206,7 @@ mod tests {
         assert_eq!(redlock.nodes(), 1);
         assert_eq!(redlock.options().wait, Duration::from_secs(3));
         assert_eq!(
-            redlock.backend.redis("test").unwrap().quorum.node_timeout,
+            redlock.backend.redlock("test").unwrap().quorum.node_timeout,
             crate::DEFAULT_NODE_TIMEOUT
         );
     }

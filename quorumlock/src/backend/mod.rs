@@ -35,7 +35,7 @@ use tracing::{Instrument, Span};
 
 use crate::backend::redlock::attempt::attempt;
 use crate::backend::redlock::kind::Kind;
-use crate::backend::redlock::shared::Shared;
+use crate::backend::redlock::masters::Masters;
 use crate::backend::redlock::waiter;
 use crate::config::Timing;
 use crate::error::{Error, Result, Setting};
@@ -57,15 +57,15 @@ pub(crate) type Released = (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>
 #[derive(Clone, Debug)]
 pub(crate) enum Backend {
     /// N independent Redis nodes (Redlock): `redis://`, `rediss://`, `unix://`.
-    Redis(Arc<Shared>),
+    Redlock(Arc<Masters>),
     /// One etcd cluster, whose Raft quorum replaces the Redlock majority:
     /// `etcd://`, `etcds://`.
     #[cfg(feature = "etcd")]
-    Etcd(Arc<etcd::Store>),
+    Etcd(Arc<etcd::Cluster>),
     /// One ZooKeeper ensemble, whose ZAB quorum replaces the Redlock
     /// majority: `zk://`.
     #[cfg(feature = "zookeeper")]
-    ZooKeeper(Arc<zookeeper::Store>),
+    ZooKeeper(Arc<zookeeper::Ensemble>),
 }
 
 impl Backend {
@@ -81,9 +81,9 @@ impl Backend {
         let span = acquire_span(Call::TryLock, resources);
         let result = async {
             match self {
-                Backend::Redis(shared) => {
+                Backend::Redlock(masters) => {
                     let kind = Kind::new(options.fenced, None);
-                    let result = attempt(shared, options, resources, ttl, kind).await;
+                    let result = attempt(masters, options, resources, ttl, kind).await;
                     metrics::attempt(started.elapsed(), &result);
                     result.map(|guard| guard.with_attempts(1))
                 }
@@ -110,7 +110,7 @@ impl Backend {
         let span = acquire_span(Call::Lock, resources);
         let result = async {
             match self {
-                Backend::Redis(shared) => waiter::lock(shared, options, resources, ttl).await,
+                Backend::Redlock(masters) => waiter::lock(masters, options, resources, ttl).await,
                 #[cfg(feature = "etcd")]
                 Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
                 #[cfg(feature = "zookeeper")]
@@ -126,7 +126,7 @@ impl Backend {
     /// etcd cluster or a ZooKeeper ensemble (its members' quorum is inside it).
     pub(crate) fn members(&self) -> usize {
         match self {
-            Backend::Redis(shared) => shared.quorum.len(),
+            Backend::Redlock(masters) => masters.quorum.len(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => 1,
             #[cfg(feature = "zookeeper")]
@@ -137,7 +137,7 @@ impl Backend {
     /// Members that must agree.
     pub(crate) fn majority(&self) -> usize {
         match self {
-            Backend::Redis(shared) => shared.quorum.majority(),
+            Backend::Redlock(masters) => masters.quorum.majority(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => 1,
             #[cfg(feature = "zookeeper")]
@@ -147,7 +147,7 @@ impl Backend {
 
     pub(crate) fn is_closed(&self) -> bool {
         match self {
-            Backend::Redis(shared) => shared.is_closed(),
+            Backend::Redlock(masters) => masters.is_closed(),
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => store.is_closed(),
             #[cfg(feature = "zookeeper")]
@@ -158,7 +158,7 @@ impl Backend {
     /// What each member holds for `resource` ([`crate::Redlock::inspect`]).
     pub(crate) async fn inspect(&self, resource: String) -> Inspection {
         match self {
-            Backend::Redis(shared) => redlock::inspect::inspect(&shared.quorum, resource).await,
+            Backend::Redlock(masters) => redlock::inspect::inspect(&masters.quorum, resource).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => etcd::inspect::inspect(store, resource).await,
             #[cfg(feature = "zookeeper")]
@@ -170,7 +170,7 @@ impl Backend {
     /// without one ([`crate::Redlock::unlock`], `force_unlock`).
     pub(crate) async fn unlock(&self, resource: String, token: Option<&str>) -> UnlockReport {
         match self {
-            Backend::Redis(shared) => redlock::inspect::unlock(&shared.quorum, resource, token).await,
+            Backend::Redlock(masters) => redlock::inspect::unlock(&masters.quorum, resource, token).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => etcd::inspect::unlock(store, resource, token).await,
             #[cfg(feature = "zookeeper")]
@@ -183,7 +183,7 @@ impl Backend {
     /// running at the deadline.
     pub(crate) async fn shutdown(&self, deadline: Instant) -> Released {
         match self {
-            Backend::Redis(shared) => shared.shutdown(deadline).await,
+            Backend::Redlock(masters) => masters.shutdown(deadline).await,
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => store.shutdown(deadline).await,
             #[cfg(feature = "zookeeper")]
@@ -194,9 +194,9 @@ impl Backend {
     /// The Redis nodes, for what only Redlock offers (`what` names it in
     /// the error otherwise).
     #[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(unused_variables))]
-    pub(crate) fn redis(&self, what: &str) -> Result<&Arc<Shared>> {
+    pub(crate) fn redlock(&self, what: &str) -> Result<&Arc<Masters>> {
         match self {
-            Backend::Redis(shared) => Ok(shared),
+            Backend::Redlock(masters) => Ok(masters),
             #[cfg(feature = "etcd")]
             Backend::Etcd(store) => Err(Error::config(
                 Setting::Nodes,
@@ -222,7 +222,7 @@ impl Backend {
 /// Boxed, as [`etcd_guard`] is.
 #[cfg(feature = "zookeeper")]
 fn zookeeper_guard<'a>(
-    store: &'a Arc<zookeeper::Store>,
+    store: &'a Arc<zookeeper::Ensemble>,
     options: &'a LockOptions,
     resources: &'a Resources,
     ttl: Duration,
@@ -276,7 +276,7 @@ fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> R
 /// etcd takes a network round trip, next to which the box costs nothing.
 #[cfg(feature = "etcd")]
 fn etcd_guard<'a>(
-    store: &'a Arc<etcd::Store>,
+    store: &'a Arc<etcd::Cluster>,
     options: &'a LockOptions,
     resources: &'a Resources,
     ttl: Duration,
@@ -348,14 +348,14 @@ pub(crate) fn cluster(
 fn open_etcd(url: &str, timing: Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
     let url = etcd::EtcdUrl::parse(url)?;
     url.check_files()?;
-    let store = etcd::Store::new(url, timing, Arc::clone(tasks));
+    let store = etcd::Cluster::new(url, timing, Arc::clone(tasks));
     Ok(Backend::Etcd(Arc::new(store)))
 }
 
 #[cfg(feature = "zookeeper")]
 fn open_zookeeper(url: &str, timing: Timing, tasks: &Arc<Tasks>) -> Result<Backend> {
     let url = zookeeper::ZkUrl::parse(url)?;
-    let store = zookeeper::Store::new(url, timing, Arc::clone(tasks));
+    let store = zookeeper::Ensemble::new(url, timing, Arc::clone(tasks));
     Ok(Backend::ZooKeeper(Arc::new(store)))
 }
 

@@ -18,7 +18,7 @@
 //!    our marker is on a majority of all nodes and the claim left validity
 //!    (`ttl - elapsed - drift`, as for a lock).
 //! 2. **Run** the operation, once, in this task.
-//! 3. **Store.** The [`STORE`](crate::backend::redlock::wire::idempotency::STORE) script replaces our marker by
+//! 3. **StoreRecord.** The [`STORE`](crate::backend::redlock::wire::idempotency::STORE) script replaces our marker by
 //!    the record `done:<result>` with the result ttl, only on nodes that still
 //!    hold our marker, again waiting for every node up to the per-node
 //!    timeout (so the result is on every node that can take it, and a
@@ -294,8 +294,8 @@ impl Idempotency {
         T: Into<Vec<u8>>,
         E: Into<Box<dyn StdError + Send + Sync>>,
     {
-        let shared = self.redlock.backend.redis("idempotency keys")?;
-        let quorum = &shared.quorum;
+        let masters = self.redlock.backend.redlock("idempotency keys")?;
+        let quorum = &masters.quorum;
         let ttl = self.check(quorum, key, ttl)?;
         let keys: Arc<[String]> = Arc::new([key.to_owned()]);
         let owner = match self.claim_or_wait(quorum, &keys, ttl).await? {

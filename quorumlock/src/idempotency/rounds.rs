@@ -10,7 +10,7 @@ use super::Idempotency;
 use crate::backend::redlock::quorum::{Quorum, Tally, Until};
 use crate::backend::redlock::release::{Deadlines, release_all};
 use crate::backend::redlock::wire::idempotency::{
-    self as wire_idempotency, Claim as ClaimRequest, Record, Store,
+    self as wire_idempotency, Claim as ClaimRequest, Record, StoreRecord,
 };
 use crate::backend::redlock::wire::lock::Release;
 use crate::backend::redlock::wire::millis;
@@ -181,7 +181,7 @@ impl Idempotency {
     /// background for up to the marker's ttl (after which the owner check
     /// refuses it anyway).
     pub(super) async fn store(&self, quorum: &Quorum, owner: &Owner, record: Vec<u8>) -> Tally {
-        let store = Arc::new(Store {
+        let store = Arc::new(StoreRecord {
             key: Arc::clone(&owner.keys),
             marker: Arc::clone(&owner.marker),
             record: record.into(),

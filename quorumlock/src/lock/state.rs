@@ -63,7 +63,7 @@ struct State {
 
 /// What an acquisition that a majority granted hands to its [`Held`].
 #[derive(Debug)]
-pub(crate) struct Acquisition {
+pub(crate) struct Granted {
     pub(crate) resources: Resources,
     pub(crate) token: Arc<str>,
     /// The fencing token agreed, if fenced.
@@ -75,8 +75,8 @@ pub(crate) struct Acquisition {
 }
 
 impl Held {
-    pub(crate) fn new(acquired: Acquisition, options: &LockOptions) -> Self {
-        let Acquisition {
+    pub(crate) fn new(acquired: Granted, options: &LockOptions) -> Self {
+        let Granted {
             resources,
             token,
             fence,
@@ -319,7 +319,7 @@ mod tests {
     }
 
     fn held(ttl: Duration, options: &LockOptions) -> Held {
-        let acquired = Acquisition {
+        let acquired = Granted {
             resources: Resources::from("r"),
             token: "t".into(),
             fence: None,

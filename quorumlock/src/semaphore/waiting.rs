@@ -28,7 +28,7 @@ use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::{Permit, Semaphore, Swept};
-use crate::backend::redlock::shared::Shared;
+use crate::backend::redlock::masters::Masters;
 use crate::backend::redlock::waiter::queue::Subscription;
 use crate::duration::deadline_after;
 use crate::error::{Error, Result};
@@ -92,18 +92,18 @@ impl Waiter<'_> {
         options.max_attempts.is_some_and(|max| self.sweeps >= max) || Instant::now() >= self.deadline
     }
 
-    fn shared(&self) -> Option<&Arc<Shared>> {
-        self.semaphore.redlock.backend.redis("the hand-off queue").ok()
+    fn masters(&self) -> Option<&Arc<Masters>> {
+        self.semaphore.redlock.backend.redlock("the hand-off queue").ok()
     }
 
     async fn get_in_line(&self) -> Line {
-        let Some(shared) = self.shared() else {
+        let Some(masters) = self.masters() else {
             return Line::Polling;
         };
         // Any permit names the semaphore's one queue.
         let queue_of = &self.semaphore.permits[0].names()[..1];
-        let quorum = &shared.quorum;
-        let mut subscription = shared
+        let quorum = &masters.quorum;
+        let mut subscription = masters
             .handoff
             .subscribe(quorum, queue_of, quorum.node_timeout, self.deadline)
             .await;
@@ -118,7 +118,9 @@ impl Waiter<'_> {
         let delay = random::jitter(options.retry_delay);
         tracing::debug!(sweeps = self.sweeps, ?delay, %error, "no permit free, waiting");
         let wake = deadline_after(delay).min(self.deadline);
-        let closing = self.shared().map(|shared| shared.quorum.tasks.closing().clone());
+        let closing = self
+            .masters()
+            .map(|masters| masters.quorum.tasks.closing().clone());
         let Line::Queued(subscription) = &mut self.line else {
             tokio::time::sleep_until(wake).await;
             return;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 
-use super::Store;
+use super::Cluster;
 use super::keepalive::{Entry, EtcdRound};
 use super::lease::{Keys, give_back, give_back_in_background, relocate};
 use crate::backend::cluster;
@@ -20,7 +20,7 @@ use crate::metrics::Loss;
 /// What a guard of an etcd lock holds besides the lock's state.
 #[derive(Debug)]
 pub(crate) struct EtcdHold {
-    pub(crate) store: Arc<Store>,
+    pub(crate) store: Arc<Cluster>,
     pub(crate) keys: Arc<Keys>,
     /// Registration with the store's holders, for a shutdown.
     holder: Option<u64>,
@@ -31,7 +31,7 @@ pub(crate) struct EtcdHold {
 /// The guard of a fresh lock, registered with the store (and its
 /// keep-alive task when `renew`).
 pub(crate) fn guard(
-    store: &Arc<Store>,
+    store: &Arc<Cluster>,
     (held, keys): (Held, Keys),
     renew: bool,
     min_validity: Duration,

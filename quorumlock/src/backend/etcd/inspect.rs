@@ -7,21 +7,21 @@ use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, SortOrder, Sort
 
 use tokio::time::Instant;
 
-use super::Store;
+use super::Cluster;
 use crate::backend::cluster::inspect::{self as cluster, Seen};
 use crate::error::{Error, NodeErrorKind};
 use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource: its holder, and how many wait behind it.
 #[derive(Clone, Debug)]
-pub(crate) struct Line {
-    pub(crate) holder: Option<Holder>,
+pub(crate) struct LineView {
+    pub(crate) holder: Option<Head>,
     pub(crate) waiters: u64,
 }
 
 /// The oldest key of a line: the lock's holder.
 #[derive(Clone, Debug)]
-pub(crate) struct Holder {
+pub(crate) struct Head {
     /// The holder's token: the key's value (quorumlock stores its token
     /// there), or, for holders that store none (`etcdctl lock`), the last
     /// part of the key name (their lease id in hex).
@@ -33,7 +33,7 @@ pub(crate) struct Holder {
 }
 
 /// Reads the line of `resource`.
-pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErrorKind> {
+pub(crate) async fn look(store: &Cluster, resource: &str) -> Result<LineView, NodeErrorKind> {
     let mut client = store.client().await.map_err(kind)?;
     let options = GetOptions::new()
         .with_prefix()
@@ -43,7 +43,7 @@ pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErro
         .await
         .map_err(kind)?;
     let Some(oldest) = line.kvs().first() else {
-        return Ok(Line {
+        return Ok(LineView {
             holder: None,
             waiters: 0,
         });
@@ -64,8 +64,8 @@ pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErro
         }
         value => String::from_utf8_lossy(value).into_owned(),
     };
-    Ok(Line {
-        holder: Some(Holder {
+    Ok(LineView {
+        holder: Some(Head {
             token,
             ttl,
             key: oldest.key().to_vec(),
@@ -79,7 +79,7 @@ pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErro
 /// it) when its token is `token` (any token when `None`). Returns the token
 /// deleted, `None` when there was no holder or another token held it.
 pub(crate) async fn delete_holder(
-    store: &Store,
+    store: &Cluster,
     resource: &str,
     token: Option<&str>,
 ) -> Result<Option<String>, NodeErrorKind> {
@@ -109,7 +109,7 @@ fn kind(error: Error) -> NodeErrorKind {
 }
 
 /// The cluster's line for `resource`, as an inspection of one member.
-pub(crate) async fn inspect(store: &Store, resource: String) -> Inspection {
+pub(crate) async fn inspect(store: &Cluster, resource: String) -> Inspection {
     let started = Instant::now();
     let line = look(store, &resource).await;
     let elapsed = started.elapsed();
@@ -129,7 +129,7 @@ pub(crate) async fn inspect(store: &Store, resource: String) -> Inspection {
 
 /// Deletes the holder's key of `resource` when its token is `token` (any
 /// holder when `None`): the next in line holds the lock then.
-pub(crate) async fn unlock(store: &Store, resource: String, token: Option<&str>) -> UnlockReport {
+pub(crate) async fn unlock(store: &Cluster, resource: String, token: Option<&str>) -> UnlockReport {
     let deleted = delete_holder(store, &resource, token).await;
     cluster::unlock_report(store.url.redacted(), resource, deleted)
 }

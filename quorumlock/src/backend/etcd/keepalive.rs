@@ -12,7 +12,7 @@ use etcd_client::Txn;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::Store;
+use super::Cluster;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, give_back_in_background};
 use crate::config::etcd::ETCD_RENEW_RETRY;
@@ -47,7 +47,7 @@ impl Entry {
 
 /// The cluster a round goes to.
 #[derive(Debug)]
-pub(crate) struct EtcdRound(pub(crate) Arc<Store>);
+pub(crate) struct EtcdRound(pub(crate) Arc<Cluster>);
 
 impl Round for EtcdRound {
     type Kept = Arc<Entry>;
@@ -70,7 +70,7 @@ impl Round for EtcdRound {
 }
 
 /// One lock's keep-alive and what it found.
-async fn renew(store: &Store, renewed: &Renewed<Arc<Entry>>) -> Outcome {
+async fn renew(store: &Cluster, renewed: &Renewed<Arc<Entry>>) -> Outcome {
     let entry = &renewed.kept;
     let lease = entry.keys.lease();
     let kept = keep_alive(store, entry, lease, renewed.held.valid_until()).await;
@@ -98,7 +98,7 @@ async fn renew(store: &Store, renewed: &Renewed<Arc<Entry>>) -> Outcome {
 /// One keep-alive of the lease and a check of the keys, at once, bounded by
 /// the request timeout and the validity. `Ok(None)`: the lock is gone.
 async fn keep_alive(
-    store: &Store,
+    store: &Cluster,
     entry: &Entry,
     lease: i64,
     held_until: Instant,

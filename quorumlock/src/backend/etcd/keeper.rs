@@ -5,7 +5,7 @@ use std::time::Duration;
 use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
-use super::Store;
+use super::Cluster;
 use crate::error::{NodeErrorKind, Result};
 
 /// The keep-alive stream of one lease. After any failed or late answer it
@@ -30,7 +30,7 @@ pub(crate) enum KeptAlive {
 
 impl Keeper {
     /// Opens the stream for `lease`.
-    pub(crate) async fn open(store: &Store, lease: i64) -> Result<Keeper> {
+    pub(crate) async fn open(store: &Cluster, lease: i64) -> Result<Keeper> {
         let mut client = store.client().await?.lease_client();
         let (keeper, stream) = store.call(client.keep_alive(lease)).await?;
         Ok(Keeper {
@@ -46,7 +46,7 @@ impl Keeper {
     }
 
     /// Sends one keep-alive and waits for its answer until `deadline`.
-    pub(crate) async fn renew(&mut self, store: &Store, deadline: Instant) -> Result<KeptAlive> {
+    pub(crate) async fn renew(&mut self, store: &Cluster, deadline: Instant) -> Result<KeptAlive> {
         let sent = Instant::now();
         let answer = async {
             self.keeper.keep_alive().await?;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
 use tokio::time::Instant;
 
-use super::Store;
+use super::Cluster;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, Result};
 use crate::lock::state::Held;
@@ -67,7 +67,7 @@ impl Keys {
 /// is the caller's error, and is tried again in the background until the
 /// lease would have expired anyway: the lock is free as soon as the
 /// cluster serves again, not a ttl later.
-pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, keys: &Keys) -> Result<Option<Instant>> {
+pub(crate) async fn give_back(store: &Arc<Cluster>, held: &Held, keys: &Keys) -> Result<Option<Instant>> {
     // A keep-alive after this changes nothing (a revoked lease stays
     // revoked), but one racing a relocation must not see the old lease.
     held.mark_released();
@@ -93,7 +93,7 @@ pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, keys: &Keys) -> R
 }
 
 /// Revokes `lease`; one already gone (expired, revoked) counts as revoked.
-pub(crate) async fn revoke(store: &Store, lease: i64) -> Result<()> {
+pub(crate) async fn revoke(store: &Cluster, lease: i64) -> Result<()> {
     let mut client = store.client().await?;
     match store.call(client.lease_revoke(lease)).await {
         Ok(_) => Ok(()),
@@ -110,7 +110,7 @@ pub(crate) async fn revoke(store: &Store, lease: i64) -> Result<()> {
 /// [`ETCD_RENEW_RETRY`] for up to `ttl` (after which the lease has expired
 /// by itself); never blocks. Without a runtime the lease expires with its
 /// ttl.
-pub(crate) fn revoke_in_background(store: &Arc<Store>, lease: i64, ttl: Duration) {
+pub(crate) fn revoke_in_background(store: &Arc<Cluster>, lease: i64, ttl: Duration) {
     let task_store = Arc::clone(store);
     let until = Instant::now() + ttl;
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
@@ -128,7 +128,7 @@ pub(crate) fn revoke_in_background(store: &Arc<Store>, lease: i64, ttl: Duration
 }
 
 /// Gives `held` back in the background (a dropped guard, a lost lock).
-pub(crate) fn give_back_in_background(store: &Arc<Store>, held: &Arc<Held>, keys: &Arc<Keys>) {
+pub(crate) fn give_back_in_background(store: &Arc<Cluster>, held: &Arc<Held>, keys: &Arc<Keys>) {
     let (task_store, held, keys) = (Arc::clone(store), Arc::clone(held), Arc::clone(keys));
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
         if let Err(error) = give_back(&task_store, &held, &keys).await {
@@ -142,7 +142,7 @@ pub(crate) fn give_back_in_background(store: &Arc<Store>, held: &Arc<Held>, keys
 /// grant was sent and its ttl. The keys keep their create revisions, so
 /// their place in line, and their names.
 pub(crate) async fn relocate(
-    store: &Arc<Store>,
+    store: &Arc<Cluster>,
     keys: &Keys,
     seconds: i64,
     old_ttl: Duration,
@@ -194,7 +194,12 @@ pub(crate) async fn relocate(
 
 /// Whether every key of the lock is on lease `lease` (`None` when that
 /// could not be read).
-async fn on_lease(store: &Store, client: &mut etcd_client::Client, keys: &Keys, lease: i64) -> Option<bool> {
+async fn on_lease(
+    store: &Cluster,
+    client: &mut etcd_client::Client,
+    keys: &Keys,
+    lease: i64,
+) -> Option<bool> {
     let compares: Vec<Compare> = keys
         .owned
         .iter()

@@ -54,7 +54,7 @@ use crate::tasks::{BackgroundWork, Tasks};
 /// One etcd cluster and what every lock of a client on it shares: the
 /// connection (opened by the first request, inside the runtime that sends
 /// it), the keep-alive task, the registry of held locks for a shutdown.
-pub(crate) struct Store {
+pub(crate) struct Cluster {
     pub(crate) url: EtcdUrl,
     /// Every request's bound: [`ETCD_MIN_REQUEST_TIMEOUT`] at least.
     pub(crate) request_timeout: Duration,
@@ -69,18 +69,18 @@ pub(crate) struct Store {
     pub(crate) holders: Holders<Arc<Keys>>,
 }
 
-impl std::fmt::Debug for Store {
+impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
+        f.debug_struct("Cluster")
             .field("url", &self.url)
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
 
-impl Store {
-    pub(crate) fn new(url: EtcdUrl, timing: Timing, tasks: Arc<Tasks>) -> Store {
-        Store {
+impl Cluster {
+    pub(crate) fn new(url: EtcdUrl, timing: Timing, tasks: Arc<Tasks>) -> Cluster {
+        Cluster {
             url,
             request_timeout: timing.node_timeout.max(ETCD_MIN_REQUEST_TIMEOUT),
             connect_timeout: timing.connect_timeout,

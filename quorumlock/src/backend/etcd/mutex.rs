@@ -10,7 +10,7 @@ use etcd_client::{
 };
 use tokio::time::Instant;
 
-use super::Store;
+use super::Cluster;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::backend::cluster;
@@ -19,7 +19,7 @@ use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, NodeErrorKind, Result};
 use crate::lock::in_line;
 use crate::lock::resources::Resources;
-use crate::lock::state::{Acquisition, Held};
+use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 
@@ -28,7 +28,7 @@ use crate::random;
 /// [`LockOptions::wait`] runs out; requests that fail are retried after the
 /// retry delay while the wait and the attempt budget last.
 pub(crate) async fn acquire(
-    store: &Arc<Store>,
+    store: &Arc<Cluster>,
     options: &LockOptions,
     resources: &Resources,
     ttl: Duration,
@@ -53,7 +53,7 @@ pub(crate) async fn acquire(
 /// One attempt under a fresh lease. Whatever it created is revoked unless
 /// it succeeds (also when its future is dropped).
 async fn attempt(
-    store: &Arc<Store>,
+    store: &Arc<Cluster>,
     options: &LockOptions,
     resources: &Resources,
     ttl_seconds: i64,
@@ -120,7 +120,7 @@ async fn attempt(
 
 /// The lock held: its state, once the validity left is checked.
 fn finish(
-    store: &Store,
+    store: &Cluster,
     options: &LockOptions,
     resources: &Resources,
     token: Arc<str>,
@@ -131,7 +131,7 @@ fn finish(
     let validity = store.lease(alive.since, alive.ttl);
     validity.left(options.min_validity)?;
     lease.armed = false;
-    let acquired = Acquisition {
+    let acquired = Granted {
         resources: resources.clone(),
         token,
         // Revisions start at 1 and only grow.
@@ -146,7 +146,7 @@ fn finish(
 /// under any of their prefixes (nobody holds or waits); otherwise writes
 /// nothing and says [`Error::Held`].
 async fn take_if_free(
-    store: &Store,
+    store: &Cluster,
     client: &mut Client,
     names: Vec<String>,
     token: &str,
@@ -182,7 +182,7 @@ async fn take_if_free(
 
 /// Revokes the lease of an attempt that did not succeed.
 struct Undo<'a> {
-    store: &'a Arc<Store>,
+    store: &'a Arc<Cluster>,
     lease: i64,
     /// The lease's ttl: a revoke is tried until it would have expired.
     ttl: Duration,
@@ -212,7 +212,7 @@ impl Alive {
 
     /// One keep-alive; `Ok(false)` when it failed (try again soon),
     /// [`Error::Lost`] when the lease is gone.
-    async fn keep(&mut self, store: &Store, lease: i64) -> Result<bool> {
+    async fn keep(&mut self, store: &Cluster, lease: i64) -> Result<bool> {
         let keeper = match self.keeper.as_mut() {
             Some(keeper) => keeper,
             None => self.keeper.insert(Keeper::open(store, lease).await?),
@@ -232,7 +232,7 @@ impl Alive {
     }
 
     /// A keep-alive that must succeed now.
-    async fn confirm(&mut self, store: &Store, lease: i64) -> Result<()> {
+    async fn confirm(&mut self, store: &Cluster, lease: i64) -> Result<()> {
         if self.keep(store, lease).await? {
             Ok(())
         } else {
@@ -254,7 +254,7 @@ struct Place {
 /// Creates our key unless it exists, and reads the oldest key of the line,
 /// in one transaction.
 async fn take_place(
-    store: &Store,
+    store: &Cluster,
     client: &mut Client,
     key: &str,
     token: &str,
@@ -299,7 +299,7 @@ fn revision(reply: &TxnResponse) -> i64 {
 }
 
 /// The range replies of a transaction, in order (a put's reply is skipped).
-fn gets(store: &Store, reply: &TxnResponse) -> Result<Vec<Vec<i64>>> {
+fn gets(store: &Cluster, reply: &TxnResponse) -> Result<Vec<Vec<i64>>> {
     let gets: Vec<Vec<i64>> = reply
         .op_responses()
         .into_iter()
@@ -323,7 +323,7 @@ fn first_created(gets: &[Vec<i64>], i: usize) -> Option<i64> {
 
 /// After a wait: every key of ours still exists with its revision and is
 /// the oldest of its line. Returns the revision at which that was read.
-async fn confirm_first(store: &Store, client: &mut Client, owned: &[Owned]) -> Result<i64> {
+async fn confirm_first(store: &Cluster, client: &mut Client, owned: &[Owned]) -> Result<i64> {
     let compares = all_present(owned);
     let reads: Vec<TxnOp> = owned
         .iter()
@@ -346,7 +346,7 @@ async fn confirm_first(store: &Store, client: &mut Client, owned: &[Owned]) -> R
 
 /// A waiter's place in the line of one resource.
 struct Line<'a> {
-    store: &'a Store,
+    store: &'a Cluster,
     prefix: &'a str,
     /// Our key's create revision.
     own: i64,

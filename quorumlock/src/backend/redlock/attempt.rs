@@ -9,15 +9,15 @@ use tokio::time::Instant;
 
 use super::fence;
 use super::kind::Kind;
+use super::masters::Masters;
 use super::release::{Deadlines, release_all};
-use super::shared::Shared;
 use crate::backend::redlock::quorum::{Tally, Until};
 use crate::backend::redlock::wire::keys;
 use crate::backend::redlock::wire::lock::{Acquire, Release};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
-use crate::lock::state::{Acquisition, Held};
+use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 use crate::tasks::BackgroundWork;
@@ -32,21 +32,21 @@ use crate::tasks::BackgroundWork;
 /// [`Error::Unreachable`] when failing nodes alone ruled out a majority,
 /// [`Error::Held`] when another owner's keys did.
 pub(crate) async fn attempt(
-    shared: &Arc<Shared>,
+    masters: &Arc<Masters>,
     options: &LockOptions,
     resources: &Resources,
     ttl: Duration,
     kind: Kind,
 ) -> Result<Guard> {
-    let ttl = shared.quorum.check_ttl(ttl, options.min_validity)?;
-    if shared.quorum.one_slot() {
+    let ttl = masters.quorum.check_ttl(ttl, options.min_validity)?;
+    if masters.quorum.one_slot() {
         check_one_slot(resources)?;
     }
-    if shared.is_closed() {
+    if masters.is_closed() {
         return Err(Error::Closed);
     }
     let attempt = Attempt {
-        shared,
+        masters,
         options,
         resources,
         kind,
@@ -62,15 +62,15 @@ pub(crate) async fn attempt(
     record_in_span(&round.tally);
     // After the requests are on their way: keeps the nodes' clock rates
     // known (see `Quorum::life`) without delaying this attempt.
-    shared.quorum.read_clocks(&round.tally);
+    masters.quorum.read_clocks(&round.tally);
     // Nodes that refused our SET hold nothing of ours (see below).
     let refused_by = std::mem::take(&mut round.tally.refused_by);
     let failure = if round.tally.reached() {
         match attempt.finish(&round).await {
             Ok(held) => {
                 undo.armed = false;
-                let guard = super::hold::guard(shared, held, options.auto_renew, options.min_validity);
-                if shared.is_closed() {
+                let guard = super::hold::guard(masters, held, options.auto_renew, options.min_validity);
+                if masters.is_closed() {
                     // Taken while a shutdown released every lock: give it
                     // back too (or find the shutdown did).
                     let _ = guard.release().await;
@@ -96,7 +96,7 @@ pub(crate) async fn attempt(
         finish_by: attempt.start + ttl,
     };
     release_all(
-        &shared.quorum,
+        &masters.quorum,
         attempt.release(),
         deadlines,
         Until::Answered,
@@ -134,7 +134,7 @@ fn refusal(tally: Tally) -> Error {
 /// began (before the first request, so that the validity covers
 /// everything).
 struct Attempt<'a> {
-    shared: &'a Arc<Shared>,
+    masters: &'a Arc<Masters>,
     options: &'a LockOptions,
     resources: &'a Resources,
     kind: Kind,
@@ -156,7 +156,7 @@ impl Attempt<'_> {
     /// `start + ttl - drift`: until when a lock taken now is ours, unless a
     /// granting node's clock runs fast (see `finish`).
     fn valid_until(&self) -> Instant {
-        self.start + self.ttl - self.shared.quorum.drift(self.ttl)
+        self.start + self.ttl - self.masters.quorum.drift(self.ttl)
     }
 
     /// The owner-checked delete of what this attempt may have set.
@@ -167,7 +167,7 @@ impl Attempt<'_> {
     /// Sends the acquire to every node and counts the grants until the
     /// outcome is certain or the per-node timeout passed.
     async fn acquire_everywhere(&self) -> Round {
-        let quorum = &self.shared.quorum;
+        let quorum = &self.masters.quorum;
         let request = Arc::new(Acquire {
             keys: Arc::clone(self.resources.keys()),
             token: Arc::clone(&self.token),
@@ -224,7 +224,7 @@ impl Attempt<'_> {
     /// the validity left, and tells a waiter's place in line. Returns the
     /// held lock.
     async fn finish(&self, round: &Round) -> Result<Held> {
-        let quorum = &self.shared.quorum;
+        let quorum = &self.masters.quorum;
         let lease = quorum.lease(self.start, self.ttl, &round.tally);
         let fence = match &round.fence {
             Some((fence_keys, floor)) => {
@@ -237,7 +237,7 @@ impl Attempt<'_> {
         if let Some(line) = self.kind.line() {
             line.taken(lease.valid_until()).await;
         }
-        let acquired = Acquisition {
+        let acquired = Granted {
             resources: self.resources.clone(),
             token: Arc::clone(&self.token),
             fence,
@@ -265,11 +265,11 @@ impl Drop for Undo<'_> {
         if !self.armed {
             return;
         }
-        let quorum = Arc::clone(&self.attempt.shared.quorum);
+        let quorum = Arc::clone(&self.attempt.masters.quorum);
         let release = self.attempt.release();
         let ttl = self.attempt.ttl;
         self.attempt
-            .shared
+            .masters
             .quorum
             .tasks
             .spawn_if_running(BackgroundWork::Release, async move {

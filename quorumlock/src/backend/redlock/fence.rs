@@ -247,7 +247,7 @@ mod tests {
                 for _ in 0..25 {
                     let valid_until = Instant::now() + Duration::from_secs(30);
                     if let Ok(token) = propose(
-                        &redlock.backend.redis("fencing").unwrap().quorum,
+                        &redlock.backend.redlock("fencing").unwrap().quorum,
                         &fence_keys,
                         0,
                         valid_until,

@@ -7,9 +7,9 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
+use super::masters::Masters;
 use super::quorum::Until;
 use super::release::{give_back, release_in_background, report};
-use super::shared::Shared;
 use super::wire::lock::Extend;
 use super::wire::millis;
 use crate::error::{Error, Result};
@@ -21,7 +21,7 @@ use crate::lock::state::Held;
 /// What a guard of a Redlock lock holds besides the lock's state.
 #[derive(Debug)]
 pub(crate) struct RedlockHold {
-    shared: Arc<Shared>,
+    masters: Arc<Masters>,
     /// Registration with the client's holders (see `Holders`).
     holder: Option<u64>,
     /// Registration with the watchdog, when auto-renewed.
@@ -29,12 +29,12 @@ pub(crate) struct RedlockHold {
 }
 
 /// The guard of a fresh lock; registered with the watchdog when `renew`.
-pub(crate) fn guard(shared: &Arc<Shared>, held: Held, renew: bool, min_validity: Duration) -> Guard {
+pub(crate) fn guard(masters: &Arc<Masters>, held: Held, renew: bool, min_validity: Duration) -> Guard {
     let held = Arc::new(held);
     let hold = RedlockHold {
-        shared: Arc::clone(shared),
-        holder: Some(shared.holders.insert(&held, ())),
-        renewal: renew.then(|| shared.renew(&held)),
+        masters: Arc::clone(masters),
+        holder: Some(masters.holders.insert(&held, ())),
+        renewal: renew.then(|| masters.renew(&held)),
     };
     Guard::new(held, Box::new(hold), min_validity)
 }
@@ -43,9 +43,9 @@ impl RedlockHold {
     /// Resets the keys' ttl on every node that still holds our token (see
     /// [`Guard::extend`]).
     async fn extend_on_nodes(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
-        let quorum = &self.shared.quorum;
+        let quorum = &self.masters.quorum;
         let ttl = quorum.check_ttl(ttl, min_validity)?;
-        if self.shared.is_closed() {
+        if self.masters.is_closed() {
             return Err(Error::Closed);
         }
         let start = Instant::now();
@@ -83,21 +83,21 @@ impl RedlockHold {
 
 impl Hold for RedlockHold {
     fn round(&self) -> Duration {
-        self.shared.quorum.node_timeout
+        self.masters.quorum.node_timeout
     }
 
     fn is_closed(&self) -> bool {
-        self.shared.is_closed()
+        self.masters.is_closed()
     }
 
     fn lost_error(&self, confirmed: usize) -> Error {
-        if self.shared.is_closed() {
+        if self.masters.is_closed() {
             return Error::Closed;
         }
         Error::Lost {
             confirmed,
-            quorum: self.shared.quorum.majority(),
-            nodes: self.shared.quorum.len(),
+            quorum: self.masters.quorum.majority(),
+            nodes: self.masters.quorum.len(),
         }
     }
 
@@ -115,25 +115,25 @@ impl Hold for RedlockHold {
     /// nodes.
     fn release<'a>(&'a self, held: &'a Held, _claimed: bool) -> BoxFuture<'a, Result<ReleaseReport>> {
         async move {
-            let given = give_back(&self.shared.quorum, held, None, Until::Answered).await;
+            let given = give_back(&self.masters.quorum, held, None, Until::Answered).await;
             report(given.tally, given.kept_until)
         }
         .boxed()
     }
 
     fn release_in_background(&self, held: &Arc<Held>) {
-        release_in_background(&self.shared.quorum, held);
+        release_in_background(&self.masters.quorum, held);
     }
 
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
-            self.shared.renewal.unregister(id);
+            self.masters.renewal.unregister(id);
         }
     }
 
     fn unregister(&mut self) {
         if let Some(id) = self.holder.take() {
-            self.shared.holders.remove(id);
+            self.masters.holders.remove(id);
         }
     }
 }

@@ -14,7 +14,7 @@ use futures::future::join_all;
 use tokio::time::Instant;
 
 use super::nodes::{Nodes, give_back_in_background};
-use super::{Store, ZkResult};
+use super::{Ensemble, ZkResult};
 use crate::config::zookeeper::ZK_RETRY;
 use crate::lock::renewal::{Outcome, Renewed, Round};
 use crate::lock::state::Held;
@@ -22,7 +22,7 @@ use crate::tasks::Tasks;
 
 /// The ensemble a round goes to.
 #[derive(Debug)]
-pub(crate) struct ZooKeeperRound(pub(crate) Arc<Store>);
+pub(crate) struct ZooKeeperRound(pub(crate) Arc<Ensemble>);
 
 impl Round for ZooKeeperRound {
     type Kept = Arc<Nodes>;
@@ -46,7 +46,7 @@ impl Round for ZooKeeperRound {
 
 /// One round for the `due` locks: a `sync`, then a read of each lock's
 /// nodes, all sent at once.
-async fn heartbeat(store: &Store, due: &[Renewed<Arc<Nodes>>]) -> Vec<Outcome> {
+async fn heartbeat(store: &Ensemble, due: &[Renewed<Arc<Nodes>>]) -> Vec<Outcome> {
     let sent = Instant::now();
     let client = match store.client().await {
         Ok(client) => client,

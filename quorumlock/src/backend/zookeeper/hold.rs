@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use futures::future::{BoxFuture, FutureExt};
 
-use super::Store;
+use super::Ensemble;
 use super::heartbeat::ZooKeeperRound;
 use super::nodes::{Nodes, give_back, give_back_in_background};
 use crate::backend::cluster;
@@ -23,7 +23,7 @@ use crate::tasks::BackgroundWork;
 /// What a guard of a ZooKeeper lock holds besides the lock's state.
 #[derive(Debug)]
 pub(crate) struct ZooKeeperHold {
-    pub(crate) store: Arc<Store>,
+    pub(crate) store: Arc<Ensemble>,
     pub(crate) nodes: Arc<Nodes>,
     /// Registration with the store's holders, for a shutdown.
     holder: Option<u64>,
@@ -36,7 +36,7 @@ pub(crate) struct ZooKeeperHold {
 /// validity: its nodes would otherwise live as long as the session, which
 /// the other locks of the client keep alive.
 pub(crate) fn guard(
-    store: &Arc<Store>,
+    store: &Arc<Ensemble>,
     (held, nodes): (Held, Nodes),
     renew: bool,
     min_validity: Duration,
@@ -141,7 +141,7 @@ impl Hold for ZooKeeperHold {
 
 /// Gives a lock that is not renewed back when its validity (moved on by
 /// each extend) has passed, unless it was given back before.
-fn end_at_validity(store: &Arc<Store>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
+fn end_at_validity(store: &Arc<Ensemble>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
     let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
         loop {

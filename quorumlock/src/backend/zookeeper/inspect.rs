@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::Store;
+use super::Ensemble;
 use super::line::{LOCK_MARK, line};
 use crate::backend::cluster::inspect::{self as cluster, Seen};
 use crate::error::{Error, NodeErrorKind};
@@ -13,14 +13,14 @@ use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource: its holder, and how many wait behind it.
 #[derive(Clone, Debug)]
-pub(crate) struct Line {
-    pub(crate) holder: Option<Holder>,
+pub(crate) struct LineView {
+    pub(crate) holder: Option<Head>,
     pub(crate) waiters: u64,
 }
 
 /// The first node of a line: the lock's holder.
 #[derive(Clone, Debug)]
-pub(crate) struct Holder {
+pub(crate) struct Head {
     /// The holder's token: the part of its node's name before `__lock__`
     /// (quorumlock's token; kazoo's uuid).
     pub(crate) token: String,
@@ -28,12 +28,12 @@ pub(crate) struct Holder {
 }
 
 /// Reads the line of `resource`.
-pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErrorKind> {
+pub(crate) async fn look(store: &Ensemble, resource: &str) -> Result<LineView, NodeErrorKind> {
     let parent = store.path(resource).map_err(kind)?;
     let client = store.client().await.map_err(kind)?;
     let line = line(store, &client, &parent).await.map_err(kind)?;
     let Some(first) = line.contenders.first() else {
-        return Ok(Line {
+        return Ok(LineView {
             holder: None,
             waiters: 0,
         });
@@ -41,8 +41,8 @@ pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErro
     let token = first
         .rsplit_once(LOCK_MARK)
         .map_or(first.as_str(), |(token, _)| token);
-    Ok(Line {
-        holder: Some(Holder {
+    Ok(LineView {
+        holder: Some(Head {
             token: token.to_owned(),
             path: format!("{parent}/{first}"),
         }),
@@ -58,7 +58,7 @@ pub(crate) async fn look(store: &Store, resource: &str) -> Result<Line, NodeErro
 /// twice, so the node read is the node deleted: a holder that changed
 /// meanwhile stays.
 pub(crate) async fn delete_holder(
-    store: &Store,
+    store: &Ensemble,
     resource: &str,
     token: Option<&str>,
 ) -> Result<Option<String>, NodeErrorKind> {
@@ -83,7 +83,7 @@ fn kind(error: Error) -> NodeErrorKind {
 }
 
 /// The ensemble's line for `resource`, as an inspection of one member.
-pub(crate) async fn inspect(store: &Store, resource: String) -> Inspection {
+pub(crate) async fn inspect(store: &Ensemble, resource: String) -> Inspection {
     let started = Instant::now();
     let line = look(store, &resource).await;
     let elapsed = started.elapsed();
@@ -100,7 +100,7 @@ pub(crate) async fn inspect(store: &Store, resource: String) -> Inspection {
 
 /// Deletes the holder's node of `resource` when its token is `token` (any
 /// holder when `None`): the next in line holds the lock then.
-pub(crate) async fn unlock(store: &Store, resource: String, token: Option<&str>) -> UnlockReport {
+pub(crate) async fn unlock(store: &Ensemble, resource: String, token: Option<&str>) -> UnlockReport {
     let deleted = delete_holder(store, &resource, token).await;
     cluster::unlock_report(store.url.redacted(), resource, deleted)
 }

@@ -3,7 +3,7 @@
 
 use zookeeper_client::Client;
 
-use super::Store;
+use super::Ensemble;
 use crate::error::Result;
 
 /// What separates a contender's own prefix from the sequence number that
@@ -23,7 +23,7 @@ pub(crate) struct Line {
 /// Only names of the recipe count (`...__lock__` and a sequence number),
 /// ordered by that number, as kazoo orders them: a lock on `a` ignores the
 /// parent node of a lock on `a/b`.
-pub(crate) async fn line(store: &Store, client: &Client, parent: &str) -> Result<Line> {
+pub(crate) async fn line(store: &Ensemble, client: &Client, parent: &str) -> Result<Line> {
     let (children, changed_at) = match store.call(client.get_children(parent)).await {
         Ok((children, stat)) => (children, stat.pzxid),
         Err(zookeeper_client::Error::NoNode) => (Vec::new(), 0),

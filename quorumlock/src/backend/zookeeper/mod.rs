@@ -58,7 +58,7 @@ pub(crate) type ZkResult<T> = std::result::Result<T, zookeeper_client::Error>;
 /// session (opened by the first request, inside the runtime that sends it,
 /// and opened again after it expired), the heartbeat task, the registry of
 /// held locks for a shutdown.
-pub(crate) struct Store {
+pub(crate) struct Ensemble {
     pub(crate) url: ZkUrl,
     /// Every request's bound: [`ZK_MIN_REQUEST_TIMEOUT`] at least.
     pub(crate) request_timeout: Duration,
@@ -73,18 +73,18 @@ pub(crate) struct Store {
     pub(crate) holders: Holders<Arc<Nodes>>,
 }
 
-impl std::fmt::Debug for Store {
+impl std::fmt::Debug for Ensemble {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
+        f.debug_struct("Ensemble")
             .field("url", &self.url)
             .field("request_timeout", &self.request_timeout)
             .finish_non_exhaustive()
     }
 }
 
-impl Store {
-    pub(crate) fn new(url: ZkUrl, timing: Timing, tasks: Arc<Tasks>) -> Store {
-        Store {
+impl Ensemble {
+    pub(crate) fn new(url: ZkUrl, timing: Timing, tasks: Arc<Tasks>) -> Ensemble {
+        Ensemble {
             url,
             request_timeout: timing.node_timeout.max(ZK_MIN_REQUEST_TIMEOUT),
             connect_timeout: timing.connect_timeout,

@@ -10,13 +10,13 @@ use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
-use super::{Store, ZkResult};
+use super::{Ensemble, ZkResult};
 use crate::backend::cluster;
 use crate::config::zookeeper::ZK_WAITER_RECHECK;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::in_line;
 use crate::lock::resources::Resources;
-use crate::lock::state::{Acquisition, Held};
+use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 
@@ -25,7 +25,7 @@ use crate::random;
 /// [`LockOptions::wait`] runs out; requests that fail are retried after the
 /// retry delay while the wait and the attempt budget last.
 pub(crate) async fn acquire(
-    store: &Arc<Store>,
+    store: &Arc<Ensemble>,
     options: &LockOptions,
     resources: &Resources,
     ttl: Duration,
@@ -48,7 +48,7 @@ pub(crate) async fn acquire(
 }
 
 /// What a ZooKeeper lock cannot be asked for.
-fn check(store: &Store, options: &LockOptions, ttl: Duration) -> Result<()> {
+fn check(store: &Ensemble, options: &LockOptions, ttl: Duration) -> Result<()> {
     store.check_ttl(ttl, options.min_validity)?;
     if options.min_hold.is_some() {
         return Err(Error::config(
@@ -63,7 +63,7 @@ fn check(store: &Store, options: &LockOptions, ttl: Duration) -> Result<()> {
 /// One attempt. Whatever it created is deleted unless it succeeds (also
 /// when its future is dropped).
 async fn attempt(
-    store: &Arc<Store>,
+    store: &Arc<Ensemble>,
     options: &LockOptions,
     resources: &Resources,
     ttl: Duration,
@@ -127,7 +127,7 @@ async fn attempt(
     let lease = store.lease(&client, sent, ttl);
     lease.left(options.min_validity)?;
     undo.armed = false;
-    let acquired = Acquisition {
+    let acquired = Granted {
         resources: resources.clone(),
         token,
         // Zxids start at 1 and only grow.
@@ -141,7 +141,7 @@ async fn attempt(
 /// Deletes the nodes of an attempt that did not succeed: every node named
 /// after its token under the parents it tried to create one in.
 struct Undo<'a> {
-    store: &'a Arc<Store>,
+    store: &'a Arc<Ensemble>,
     token: Arc<str>,
     parents: Vec<String>,
     armed: bool,
@@ -160,7 +160,7 @@ impl Drop for Undo<'_> {
 /// Creates our ephemeral sequential node under `parent` (creating the
 /// parent, as a container node that the ensemble removes once empty, when
 /// it is missing).
-async fn create(store: &Store, client: &Client, parent: &str, token: &str) -> Result<Owned> {
+async fn create(store: &Ensemble, client: &Client, parent: &str, token: &str) -> Result<Owned> {
     let prefix = format!("{parent}/{token}{LOCK_MARK}");
     let options = CreateMode::EphemeralSequential.with_acls(Acls::anyone_all());
     let mut made_parent = false;
@@ -199,7 +199,7 @@ async fn create(store: &Store, client: &Client, parent: &str, token: &str) -> Re
 }
 
 /// Our node under `parent` if a create whose answer was lost made one.
-async fn find_own(store: &Store, client: &Client, parent: &str, token: &str) -> Result<Option<Owned>> {
+async fn find_own(store: &Ensemble, client: &Client, parent: &str, token: &str) -> Result<Option<Owned>> {
     let line = line(store, client, parent).await?;
     let Some(name) = line.contenders.into_iter().find(|name| name.starts_with(token)) else {
         return Ok(None);
@@ -220,7 +220,7 @@ async fn find_own(store: &Store, client: &Client, parent: &str, token: &str) -> 
 /// [`Error::Held`]. Returns the parent's pzxid read when `own` was first,
 /// which is at least the zxid of the deletion of every earlier holder.
 async fn wait_first(
-    store: &Store,
+    store: &Ensemble,
     client: &Client,
     parent: &str,
     own: &Owned,
@@ -248,7 +248,7 @@ async fn wait_first(
 /// Waits until the node `path` is gone: its watch fires, or a look every
 /// [`ZK_WAITER_RECHECK`] finds it gone (a watch on a server that stopped
 /// answering may never fire).
-async fn wait_gone(store: &Store, client: &Client, path: &str, deadline: Instant) -> Result<()> {
+async fn wait_gone(store: &Ensemble, client: &Client, path: &str, deadline: Instant) -> Result<()> {
     loop {
         let watched: ZkResult<_> = store.call(client.check_and_watch_stat(path)).await;
         let watcher = match watched {

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use zookeeper_client::{Client, MultiReadResult};
 
 use super::line::line;
-use super::{Store, ZkResult};
+use super::{Ensemble, ZkResult};
 use crate::config::zookeeper::ZK_RETRY;
 use crate::error::Result;
 use crate::lock::state::Held;
@@ -36,7 +36,7 @@ impl Nodes {
     /// (one snapshot of the server's state).
     pub(crate) async fn all_present(
         &self,
-        store: &Store,
+        store: &Ensemble,
         client: &Client,
         deadline: Instant,
     ) -> ZkResult<bool> {
@@ -59,7 +59,7 @@ impl Nodes {
 /// election) is the caller's error, and is tried again in the background
 /// until the session would have expired anyway: the lock is free as soon as
 /// the ensemble serves again.
-pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, nodes: &Arc<Nodes>) -> Result<()> {
+pub(crate) async fn give_back(store: &Arc<Ensemble>, held: &Held, nodes: &Arc<Nodes>) -> Result<()> {
     held.mark_released();
     if let Err(error) = delete(store, nodes).await {
         let retry_for = store
@@ -73,7 +73,7 @@ pub(crate) async fn give_back(store: &Arc<Store>, held: &Held, nodes: &Arc<Nodes
 }
 
 /// Deletes every node of `nodes` that still exists.
-pub(crate) async fn delete(store: &Store, nodes: &Nodes) -> Result<()> {
+pub(crate) async fn delete(store: &Ensemble, nodes: &Nodes) -> Result<()> {
     let client = store.client().await?;
     for own in &nodes.owned {
         match store.call(client.delete(&own.path, None)).await {
@@ -88,7 +88,7 @@ pub(crate) async fn delete(store: &Store, nodes: &Nodes) -> Result<()> {
 /// [`ZK_RETRY`] for up to `retry_for` (after which the session that owns
 /// them has expired, or a new one was opened and they are gone with the
 /// old); never blocks. Without a runtime the nodes end with the session.
-pub(crate) fn delete_in_background(store: &Arc<Store>, nodes: &Arc<Nodes>, retry_for: Duration) {
+pub(crate) fn delete_in_background(store: &Arc<Ensemble>, nodes: &Arc<Nodes>, retry_for: Duration) {
     let (task_store, nodes) = (Arc::clone(store), Arc::clone(nodes));
     let until = Instant::now() + retry_for;
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
@@ -112,7 +112,12 @@ pub(crate) fn delete_in_background(store: &Arc<Store>, nodes: &Arc<Nodes>, retry
 /// create on the same session sees it, because a session's requests are
 /// served in the order sent. Tried again every [`ZK_RETRY`] for up to
 /// `retry_for`; never blocks.
-pub(crate) fn delete_by_token(store: &Arc<Store>, parents: Vec<String>, token: String, retry_for: Duration) {
+pub(crate) fn delete_by_token(
+    store: &Arc<Ensemble>,
+    parents: Vec<String>,
+    token: String,
+    retry_for: Duration,
+) {
     let task_store = Arc::clone(store);
     let until = Instant::now() + retry_for;
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
@@ -130,7 +135,7 @@ pub(crate) fn delete_by_token(store: &Arc<Store>, parents: Vec<String>, token: S
 }
 
 /// Deletes every contender node under `parents` whose name starts with `token`.
-async fn delete_named(store: &Store, parents: &[String], token: &str) -> Result<()> {
+async fn delete_named(store: &Ensemble, parents: &[String], token: &str) -> Result<()> {
     let client = store.client().await?;
     for parent in parents {
         let line = line(store, &client, parent).await?;
@@ -145,7 +150,7 @@ async fn delete_named(store: &Store, parents: &[String], token: &str) -> Result<
 }
 
 /// Gives `held` back in the background (a dropped guard, a lost lock).
-pub(crate) fn give_back_in_background(store: &Arc<Store>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
+pub(crate) fn give_back_in_background(store: &Arc<Ensemble>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
     let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
     store.tasks.spawn_if_running(BackgroundWork::Release, async move {
         if let Err(error) = give_back(&task_store, &held, &nodes).await {

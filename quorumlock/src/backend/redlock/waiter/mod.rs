@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use self::queue::{Place, Subscription};
 use super::attempt::attempt;
 use super::kind::{Kind, Line};
-use super::shared::Shared;
+use super::masters::Masters;
 use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
@@ -37,13 +37,13 @@ use crate::random;
 /// ([`LockOptions::wait`]) or attempt budget ([`LockOptions::max_attempts`])
 /// runs out; the last attempt's error then.
 pub(crate) async fn lock(
-    shared: &Arc<Shared>,
+    masters: &Arc<Masters>,
     options: &LockOptions,
     resources: &Resources,
     ttl: Duration,
 ) -> Result<Guard> {
     let mut waiter = Waiter {
-        shared,
+        masters,
         options,
         resources,
         ttl,
@@ -69,7 +69,7 @@ pub(crate) async fn lock(
 
 /// One caller waiting for a lock.
 struct Waiter<'a> {
-    shared: &'a Arc<Shared>,
+    masters: &'a Arc<Masters>,
     options: &'a LockOptions,
     resources: &'a Resources,
     ttl: Duration,
@@ -109,12 +109,12 @@ impl Waiter<'_> {
         let place = match &mut self.line {
             InLine::InAttempts(subscription) => subscription
                 .entry()
-                .map(|entry| Arc::new(Place::new(&self.shared.quorum, entry))),
+                .map(|entry| Arc::new(Place::new(&self.masters.quorum, entry))),
             InLine::NotYet | InLine::Registered(_) => None,
         };
         let carried = place.is_some();
         let kind = Kind::new(self.options.fenced, place.map(|place| place as Arc<dyn Line>));
-        let guard = attempt(self.shared, self.options, self.resources, self.ttl, kind).await?;
+        let guard = attempt(self.masters, self.options, self.resources, self.ttl, kind).await?;
         // Off every queue: an attempt that carried the waiter's place left
         // them itself, and the releases that named this waiter popped it.
         if let InLine::InAttempts(subscription) | InLine::Registered(subscription) = &mut self.line
@@ -152,7 +152,7 @@ impl Waiter<'_> {
         let delay = random::jitter(self.options.retry_delay);
         tracing::debug!(attempts = self.attempts, ?delay, %error, "lock attempt failed, waiting");
         let wake = deadline_after(delay).min(self.deadline);
-        let closing = self.shared.quorum.tasks.closing();
+        let closing = self.masters.quorum.tasks.closing();
         // A shutdown ends the wait at once: the next attempt says so.
         self.woken = match &self.line {
             InLine::InAttempts(subscription) | InLine::Registered(subscription) => {
@@ -175,13 +175,13 @@ impl Waiter<'_> {
     /// Listens for releases and gets in line: a waiter on one resource in
     /// its attempts' own requests, one on several with a registration.
     async fn get_in_line(&self) -> InLine {
-        let shared = self.shared;
-        let mut joined = shared
+        let masters = self.masters;
+        let mut joined = masters
             .handoff
             .subscribe(
-                &shared.quorum,
+                &masters.quorum,
                 self.resources.names(),
-                shared.quorum.node_timeout,
+                masters.quorum.node_timeout,
                 self.deadline,
             )
             .await;

@@ -127,14 +127,14 @@ impl Request for Claim {
 
 /// [`STORE`]: replies whether our marker was still there and was replaced.
 #[derive(Debug)]
-pub(crate) struct Store {
+pub(crate) struct StoreRecord {
     pub(crate) key: Arc<[String]>,
     pub(crate) marker: Arc<str>,
     pub(crate) record: Arc<[u8]>,
     pub(crate) ttl_ms: u64,
 }
 
-impl Request for Store {
+impl Request for StoreRecord {
     type Reply = bool;
 
     fn command(&self) -> Cmd {

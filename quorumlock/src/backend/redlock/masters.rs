@@ -17,7 +17,7 @@ use crate::lock::state::Held;
 /// The nodes, the renewal task, the hand-off waiters and the registry of
 /// held locks of one client (and all its clones and guards).
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct Masters {
     pub(crate) quorum: Arc<Quorum>,
     /// Every auto-renewed lock, and the renewal task.
     pub(crate) renewal: Arc<Renewal<()>>,
@@ -28,11 +28,11 @@ pub(crate) struct Shared {
     pub(crate) holders: Holders,
 }
 
-impl Shared {
+impl Masters {
     /// The shared state over `quorum`; renewals heal lost keys with `heal`.
     pub(crate) fn new(quorum: Quorum, heal: bool) -> Self {
         let quorum = Arc::new(quorum);
-        Shared {
+        Masters {
             renewal: Arc::default(),
             heal,
             quorum,
