@@ -27,8 +27,6 @@ pub(crate) mod zookeeper;
 use std::sync::Arc;
 use std::time::Duration;
 
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
@@ -88,9 +86,9 @@ impl Backend {
                     result.map(|guard| guard.with_attempts(1))
                 }
                 #[cfg(feature = "etcd")]
-                Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, false).await,
+                Backend::Etcd(store) => etcd::lock(store, options, resources, ttl, false).await,
                 #[cfg(feature = "zookeeper")]
-                Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, false).await,
+                Backend::ZooKeeper(store) => zookeeper::lock(store, options, resources, ttl, false).await,
             }
         }
         .instrument(span.clone())
@@ -112,9 +110,9 @@ impl Backend {
             match self {
                 Backend::Redlock(masters) => waiter::lock(masters, options, resources, ttl).await,
                 #[cfg(feature = "etcd")]
-                Backend::Etcd(store) => etcd_guard(store, options, resources, ttl, true).await,
+                Backend::Etcd(store) => etcd::lock(store, options, resources, ttl, true).await,
                 #[cfg(feature = "zookeeper")]
-                Backend::ZooKeeper(store) => zookeeper_guard(store, options, resources, ttl, true).await,
+                Backend::ZooKeeper(store) => zookeeper::lock(store, options, resources, ttl, true).await,
             }
         }
         .instrument(span.clone())
@@ -185,9 +183,9 @@ impl Backend {
         match self {
             Backend::Redlock(masters) => masters.shutdown(deadline).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => store.shutdown(deadline).await,
+            Backend::Etcd(store) => cluster::shutdown(store, deadline).await,
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => store.shutdown(deadline).await,
+            Backend::ZooKeeper(store) => cluster::shutdown(store, deadline).await,
         }
     }
 
@@ -215,25 +213,6 @@ impl Backend {
             )),
         }
     }
-}
-
-/// A guard on ZooKeeper: the lock taken once, or `waiting` in line.
-///
-/// Boxed, as [`etcd_guard`] is.
-#[cfg(feature = "zookeeper")]
-fn zookeeper_guard<'a>(
-    store: &'a Arc<zookeeper::Ensemble>,
-    options: &'a LockOptions,
-    resources: &'a Resources,
-    ttl: Duration,
-    waiting: bool,
-) -> BoxFuture<'a, Result<Guard>> {
-    async move {
-        let (taken, attempts) = zookeeper::acquire(store, options, resources, ttl, waiting).await?;
-        let guard = zookeeper::hold::guard(store, taken, options.auto_renew, options.min_validity);
-        Ok(guard.with_attempts(attempts))
-    }
-    .boxed()
 }
 
 /// The span of a lock call: `quorumlock.acquire`, with the call and the
@@ -266,28 +245,6 @@ fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> R
     let validity = guard.valid_until().saturating_duration_since(Instant::now());
     span.record("validity_ms", validity.as_millis() as u64);
     Ok(guard)
-}
-
-/// A guard on etcd: the lock taken once, or `waiting` in line.
-///
-/// Boxed: a lock call's future is as large as the largest path it may take,
-/// and the etcd client's request state (about 12 KB) would make every Redis
-/// lock call carry and copy it (docs/benchmarks.md has the cost). A call to
-/// etcd takes a network round trip, next to which the box costs nothing.
-#[cfg(feature = "etcd")]
-fn etcd_guard<'a>(
-    store: &'a Arc<etcd::Cluster>,
-    options: &'a LockOptions,
-    resources: &'a Resources,
-    ttl: Duration,
-    waiting: bool,
-) -> BoxFuture<'a, Result<Guard>> {
-    async move {
-        let (taken, attempts) = etcd::acquire(store, options, resources, ttl, waiting).await?;
-        let guard = etcd::hold::guard(store, taken, options.auto_renew, options.min_validity);
-        Ok(guard.with_attempts(attempts))
-    }
-    .boxed()
 }
 
 /// The store other than Redis that the node URLs name: a cluster's one URL

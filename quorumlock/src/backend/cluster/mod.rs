@@ -1,15 +1,96 @@
 //! What the two stores that are one cluster each (etcd, ZooKeeper) share:
 //! the cluster counts as one member, whose own quorum (Raft, ZAB) replaces
-//! the Redlock majority; the errors in a member-of-one's terms.
+//! the Redlock majority. Each is a [`Store`]; a guard's hold on either is a
+//! [`ClusterHold`], and a shutdown of either is [`shutdown`]: written once,
+//! with the errors in a member-of-one's terms.
 
+mod hold;
 pub(crate) mod inspect;
 
+use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+pub(crate) use self::hold::ClusterHold;
+use crate::backend::Released;
 use crate::error::{Error, Result};
+use crate::lock::holders::Holders;
+use crate::lock::lease::Lease;
 use crate::lock::report::ReleaseReport;
+use crate::lock::state::Held;
+use crate::tasks::Tasks;
+
+/// A store that is one cluster: what the shared code needs of it.
+pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
+    /// What the store keeps of one held lock: its keys, its nodes.
+    type Kept: Send + Sync + fmt::Debug + 'static;
+
+    /// Every request's bound.
+    fn request_timeout(&self) -> Duration;
+
+    /// The client's background work.
+    fn tasks(&self) -> &Arc<Tasks>;
+
+    /// Every lock a guard holds, for a shutdown.
+    fn holders(&self) -> &Holders<Arc<Self::Kept>>;
+
+    /// The ttl rule in the store's unit ([`crate::lock::lease::check_ttl`]).
+    fn check_ttl(&self, ttl: Duration, min_validity: Duration) -> Result<Duration>;
+
+    /// Stops the renewal registered as `id`.
+    fn stop_renewal(&self, id: u64);
+
+    /// The store's half of an extend: the lock's keys or nodes confirmed,
+    /// and made to last `ttl`; what that makes ours. [`Error::Lost`] when
+    /// they are gone.
+    fn renew_now<'a>(
+        self: &'a Arc<Self>,
+        held: &'a Held,
+        kept: &'a Self::Kept,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Lease>>;
+
+    /// Gives the lock back: its keys or nodes deleted, or kept until the
+    /// instant returned (a minimum hold).
+    fn give_back<'a>(
+        self: &'a Arc<Self>,
+        held: &'a Held,
+        kept: &'a Arc<Self::Kept>,
+    ) -> BoxFuture<'a, Result<Option<Instant>>>;
+
+    /// [`Store::give_back`] as tracked background work.
+    fn give_back_in_background(self: &Arc<Self>, held: &Arc<Held>, kept: &Arc<Self::Kept>);
+
+    /// What a shutdown ends last, once the locks are given back and the
+    /// background work is done (a ZooKeeper session).
+    fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Whether the client was shut down.
+pub(crate) fn is_closed(store: &impl Store) -> bool {
+    store.tasks().is_closed()
+}
+
+/// Ends the client on `store`: no new lock, every held lock given back by
+/// `deadline` (each with whether that was confirmed), the background work
+/// still running at the deadline, then what the store closes last.
+pub(crate) async fn shutdown<S: Store>(store: &Arc<S>, deadline: Instant) -> Released {
+    store.tasks().closing().cancel();
+    let outcomes = store
+        .holders()
+        .give_back_all(|held, kept| async move {
+            let given = tokio::time::timeout_at(deadline, store.give_back(&held, &kept)).await;
+            matches!(given, Ok(Ok(_)))
+        })
+        .await;
+    let unfinished = store.tasks().close_and_wait(deadline).await;
+    store.close().await;
+    (outcomes, unfinished)
+}
 
 /// Another owner holds the lock.
 pub(crate) fn held() -> Error {
@@ -36,7 +117,7 @@ pub(crate) fn lost(closed: bool) -> Error {
 /// A release on the cluster: its keys `deleted`, or kept until
 /// `kept_until`; or, when a loss or a shutdown began giving the lock back
 /// first (`claimed` false), nothing more to do.
-pub(crate) async fn release(
+async fn release(
     claimed: bool,
     give_back: impl Future<Output = Result<Option<Instant>>>,
 ) -> Result<ReleaseReport> {

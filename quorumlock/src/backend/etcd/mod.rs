@@ -37,8 +37,8 @@ use etcd_client::{Client, ConnectOptions};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-pub(crate) use lease::{Keys, give_back};
-pub(crate) use mutex::acquire;
+pub(crate) use lease::Keys;
+pub(crate) use mutex::lock;
 pub(crate) use url::EtcdUrl;
 
 use super::cluster;
@@ -48,8 +48,7 @@ use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::holders::Holders;
 use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
-use crate::lock::resources::Resources;
-use crate::tasks::{BackgroundWork, Tasks};
+use crate::tasks::Tasks;
 
 /// One etcd cluster and what every lock of a client on it shares: the
 /// connection (opened by the first request, inside the runtime that sends
@@ -151,29 +150,11 @@ impl Cluster {
 
     /// The lock is no longer ours.
     pub(crate) fn lost(&self) -> Error {
-        cluster::lost(self.is_closed())
+        cluster::lost(cluster::is_closed(self))
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.tasks.is_closed()
-    }
-
-    /// Ends the client: no new lock, every held lock given back by
-    /// `deadline` (each with whether that was confirmed), then the
-    /// background work still running at the deadline.
-    pub(crate) async fn shutdown(
-        self: &Arc<Self>,
-        deadline: Instant,
-    ) -> (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>) {
-        self.tasks.closing().cancel();
-        let outcomes = self
-            .holders
-            .give_back_all(|held, keys| async move {
-                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &keys)).await;
-                matches!(given, Ok(Ok(_)))
-            })
-            .await;
-        (outcomes, self.tasks.close_and_wait(deadline).await)
+        cluster::is_closed(self)
     }
 
     /// The key of our lock on `resource` under `lease`, named as
@@ -200,17 +181,15 @@ impl Cluster {
 
     /// The ttl rule ([`check_ttl`]) for a lease: whole seconds, and room
     /// for the request timeout.
-    pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<i64> {
+    pub(crate) fn lease_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
         let drift = |ttl| drift(ttl, self.drift_factor, self.drift_fixed);
-        let ttl = check_ttl(
+        check_ttl(
             requested,
             LEASE_SECONDS,
             self.request_timeout,
             drift,
             min_validity,
-        )?;
-        // At most MAX_TTL in seconds, far below i64::MAX.
-        Ok(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+        )
     }
 }
 

@@ -8,15 +8,18 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchOptions,
 };
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::Cluster;
+use super::hold::guard;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::backend::cluster;
 use crate::config::RENEW_DIVISOR;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, NodeErrorKind, Result};
+use crate::lock::guard::Guard;
 use crate::lock::in_line;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
@@ -27,27 +30,39 @@ use crate::random;
 /// [`Error::Held`]), otherwise waiting in line until it is ours or
 /// [`LockOptions::wait`] runs out; requests that fail are retried after the
 /// retry delay while the wait and the attempt budget last.
-pub(crate) async fn acquire(
-    store: &Arc<Cluster>,
-    options: &LockOptions,
-    resources: &Resources,
+///
+/// Boxed: a lock call's future is as large as the largest path it may take,
+/// and the etcd client's request state (about 12 KB) would make every Redis
+/// lock call carry and copy it (docs/benchmarks.md has the cost). A call to
+/// etcd takes a network round trip, next to which the box costs nothing.
+pub(crate) fn lock<'a>(
+    store: &'a Arc<Cluster>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
     ttl: Duration,
     waiting: bool,
-) -> Result<((Held, Keys), u32)> {
-    let ttl = store.check_ttl(ttl, options.min_validity)?;
-    in_line::take(
-        options,
-        waiting,
-        || store.is_closed(),
-        |deadline| attempt(store, options, resources, ttl, deadline),
-        // Our key vanished while we waited: the lease lapsed.
-        || {
-            store.unreachable(NodeErrorKind::Etcd(
-                "the waiter's lease expired while it waited".into(),
-            ))
-        },
-    )
-    .await
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        let ttl = store.lease_ttl(ttl, options.min_validity)?;
+        // At most MAX_TTL in seconds, far below i64::MAX.
+        let ttl = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
+        let (taken, attempts) = in_line::take(
+            options,
+            waiting,
+            || store.is_closed(),
+            |deadline| attempt(store, options, resources, ttl, deadline),
+            // Our key vanished while we waited: the lease lapsed.
+            || {
+                store.unreachable(NodeErrorKind::Etcd(
+                    "the waiter's lease expired while it waited".into(),
+                ))
+            },
+        )
+        .await?;
+        let guard = guard(store, taken, options.auto_renew, options.min_validity);
+        Ok(guard.with_attempts(attempts))
+    }
+    .boxed()
 }
 
 /// One attempt under a fresh lease. Whatever it created is revoked unless

@@ -36,8 +36,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState};
 
-pub(crate) use mutex::acquire;
-pub(crate) use nodes::{Nodes, give_back};
+pub(crate) use mutex::lock;
+pub(crate) use nodes::Nodes;
 pub(crate) use url::ZkUrl;
 
 use super::cluster;
@@ -47,8 +47,7 @@ use crate::error::{Error, NodeErrorKind, Result, Setting};
 use crate::lock::holders::Holders;
 use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
-use crate::lock::resources::Resources;
-use crate::tasks::{BackgroundWork, Tasks};
+use crate::tasks::Tasks;
 
 /// The failure of one ZooKeeper request: the client's error, or
 /// [`zookeeper_client::Error::Timeout`] when the request timeout ran out.
@@ -65,7 +64,7 @@ pub(crate) struct Ensemble {
     connect_timeout: Duration,
     drift_factor: f64,
     drift_fixed: Duration,
-    session: tokio::sync::Mutex<Option<Client>>,
+    pub(crate) session: tokio::sync::Mutex<Option<Client>>,
     pub(crate) tasks: Arc<Tasks>,
     /// Every auto-renewed lock, and the renewal task.
     pub(crate) renewal: Arc<Renewal<Arc<Nodes>>>,
@@ -155,32 +154,11 @@ impl Ensemble {
 
     /// The lock is no longer ours.
     pub(crate) fn lost(&self) -> Error {
-        cluster::lost(self.is_closed())
+        cluster::lost(cluster::is_closed(self))
     }
 
     pub(crate) fn is_closed(&self) -> bool {
-        self.tasks.is_closed()
-    }
-
-    /// Ends the client: no new lock, every held lock given back by
-    /// `deadline` (each with whether that was confirmed), the background
-    /// work still running at the deadline, then the session closed (which
-    /// deletes any node of it left).
-    pub(crate) async fn shutdown(
-        self: &Arc<Self>,
-        deadline: Instant,
-    ) -> (Vec<(Resources, bool)>, Vec<(BackgroundWork, usize)>) {
-        self.tasks.closing().cancel();
-        let outcomes = self
-            .holders
-            .give_back_all(|held, nodes| async move {
-                let given = tokio::time::timeout_at(deadline, give_back(self, &held, &nodes)).await;
-                matches!(given, Ok(Ok(_)))
-            })
-            .await;
-        let unfinished = self.tasks.close_and_wait(deadline).await;
-        self.session.lock().await.take();
-        (outcomes, unfinished)
+        cluster::is_closed(self)
     }
 
     /// The znode under which every contender for `resource` creates its

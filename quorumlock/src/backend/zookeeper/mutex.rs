@@ -5,15 +5,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
+use super::hold::guard;
 use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Ensemble, ZkResult};
 use crate::backend::cluster;
 use crate::config::zookeeper::ZK_WAITER_RECHECK;
 use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::lock::guard::Guard;
 use crate::lock::in_line;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
@@ -24,27 +27,35 @@ use crate::random;
 /// [`Error::Held`]), otherwise waiting in line until it is ours or
 /// [`LockOptions::wait`] runs out; requests that fail are retried after the
 /// retry delay while the wait and the attempt budget last.
-pub(crate) async fn acquire(
-    store: &Arc<Ensemble>,
-    options: &LockOptions,
-    resources: &Resources,
+///
+/// Boxed, as the etcd backend's lock is: the Redis lock calls must not
+/// carry this path's request state.
+pub(crate) fn lock<'a>(
+    store: &'a Arc<Ensemble>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
     ttl: Duration,
     waiting: bool,
-) -> Result<((Held, Nodes), u32)> {
-    check(store, options, ttl)?;
-    in_line::take(
-        options,
-        waiting,
-        || store.is_closed(),
-        |deadline| attempt(store, options, resources, ttl, deadline),
-        // Our node vanished while we waited: the session expired.
-        || {
-            store.unreachable(NodeErrorKind::ZooKeeper(
-                "the waiter's session expired while it waited".into(),
-            ))
-        },
-    )
-    .await
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        check(store, options, ttl)?;
+        let (taken, attempts) = in_line::take(
+            options,
+            waiting,
+            || store.is_closed(),
+            |deadline| attempt(store, options, resources, ttl, deadline),
+            // Our node vanished while we waited: the session expired.
+            || {
+                store.unreachable(NodeErrorKind::ZooKeeper(
+                    "the waiter's session expired while it waited".into(),
+                ))
+            },
+        )
+        .await?;
+        let guard = guard(store, taken, options.auto_renew, options.min_validity);
+        Ok(guard.with_attempts(attempts))
+    }
+    .boxed()
 }
 
 /// What a ZooKeeper lock cannot be asked for.
