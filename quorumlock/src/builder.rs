@@ -74,8 +74,10 @@ pub struct RedlockBuilder {
     connect_timeout: Duration,
     drift_factor: f64,
     drift_fixed: Duration,
-    heal: bool,
-    batching: bool,
+    /// Set by [`RedlockBuilder::heal`]; the default otherwise.
+    heal: Option<bool>,
+    /// Set by [`RedlockBuilder::batching`]; the default otherwise.
+    batching: Option<bool>,
     replica_ack: Option<ReplicaAck>,
     options: LockOptions,
     /// Set by the lock-setting shortcuts, applied over `options` at
@@ -123,8 +125,8 @@ impl Default for RedlockBuilder {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             drift_factor: DEFAULT_DRIFT_FACTOR,
             drift_fixed: DEFAULT_DRIFT_FIXED,
-            heal: DEFAULT_HEAL,
-            batching: DEFAULT_BATCHING,
+            heal: None,
+            batching: None,
             replica_ack: None,
             options: LockOptions::default(),
             shortcuts: Shortcuts::default(),
@@ -225,7 +227,7 @@ impl RedlockBuilder {
     /// Whether renewals re-create our key on nodes that lost it. The
     /// default is [`DEFAULT_HEAL`].
     pub fn heal(mut self, on: bool) -> Self {
-        self.heal = on;
+        self.heal = Some(on);
         self
     }
 
@@ -241,7 +243,7 @@ impl RedlockBuilder {
     /// Whether concurrent acquires and releases to a node are sent together
     /// as one pipeline. The default is [`DEFAULT_BATCHING`].
     pub fn batching(mut self, on: bool) -> Self {
-        self.batching = on;
+        self.batching = Some(on);
         self
     }
 
@@ -366,7 +368,7 @@ impl RedlockBuilder {
         let settings = Settings {
             connect_timeout: self.connect_timeout,
             tasks: Arc::clone(&tasks),
-            batching: self.batching,
+            batching: self.batching.unwrap_or(DEFAULT_BATCHING),
             replica_ack: self.replica_ack,
         };
         let nodes = self
@@ -392,7 +394,7 @@ impl RedlockBuilder {
             drift_factor: self.drift_factor,
             drift_fixed: self.drift_fixed,
         };
-        let masters = Masters::new(quorum, self.heal);
+        let masters = Masters::new(quorum, self.heal.unwrap_or(DEFAULT_HEAL));
         Ok(Redlock::new(Backend::Redlock(Arc::new(masters)), options))
     }
 
@@ -414,11 +416,30 @@ impl RedlockBuilder {
             drift_fixed: self.drift_fixed,
         };
         let cluster = backend::cluster(&urls, self.nodes.len(), timing, tasks)?;
-        if cluster.is_some() && self.replica_ack.is_some() {
-            return Err(Error::config(
+        if cluster.is_none() {
+            return Ok(None);
+        }
+        // Settings of the Redis nodes only: refused rather than ignored, so
+        // that nobody counts on what the store does not do.
+        let redis_only = [
+            (
+                self.replica_ack.is_some(),
                 Setting::ReplicaAck,
                 "replica acknowledgement is for Redis nodes; etcd and ZooKeeper acknowledge a write once a majority of their members has it",
-            ));
+            ),
+            (
+                self.heal.is_some(),
+                Setting::Heal,
+                "healing re-creates the keys a Redis node lost; etcd and ZooKeeper keep a lock in their own replicated log",
+            ),
+            (
+                self.batching.is_some(),
+                Setting::Batching,
+                "batching pipelines the requests to each Redis node; etcd and ZooKeeper clients send their own",
+            ),
+        ];
+        if let Some((_, setting, why)) = redis_only.into_iter().find(|(set, ..)| *set) {
+            return Err(Error::config(setting, why));
         }
         Ok(cluster)
     }
@@ -479,5 +500,22 @@ mod tests {
             assert!(got.fenced);
             assert_eq!(got.min_hold, Some(hold));
         }
+    }
+
+    #[test]
+    #[cfg(feature = "etcd")]
+    fn settings_of_redis_nodes_are_refused_on_a_cluster() {
+        let cluster = || Redlock::builder().node("etcd://127.0.0.1:1");
+        let refused = |builder: RedlockBuilder| match builder.build() {
+            Err(Error::Config(e)) => e.setting(),
+            other => panic!("expected a config error, got {other:?}"),
+        };
+        assert_eq!(refused(cluster().heal(true)), Setting::Heal);
+        assert_eq!(refused(cluster().batching(false)), Setting::Batching);
+        assert_eq!(
+            refused(cluster().replica_ack(ReplicaAck::new(1))),
+            Setting::ReplicaAck
+        );
+        assert!(cluster().node_timeout(Duration::from_secs(1)).build().is_ok());
     }
 }

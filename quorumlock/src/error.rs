@@ -318,6 +318,10 @@ pub enum Setting {
     Drift,
     /// [`RedlockBuilder::replica_ack`](crate::RedlockBuilder::replica_ack).
     ReplicaAck,
+    /// [`RedlockBuilder::heal`](crate::RedlockBuilder::heal).
+    Heal,
+    /// [`RedlockBuilder::batching`](crate::RedlockBuilder::batching).
+    Batching,
     /// A lock's ttl: outside its bounds, or leaving no validity.
     Ttl,
     /// A lock's resources: none, an empty or reserved name, a duplicate, too many.
