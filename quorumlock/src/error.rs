@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,11 +41,7 @@ pub enum Error {
         errors: Vec<NodeError>,
     },
     /// Too many nodes failed or timed out to confirm a majority.
-    #[error(
-        "quorum unreachable: {succeeded} of {nodes} nodes succeeded, {quorum} needed ({refused} refused, {} failed){}",
-        errors.len(),
-        NodeErrors(errors)
-    )]
+    #[error("{}", Unreachable { succeeded: *succeeded, refused: *refused, quorum: *quorum, nodes: *nodes, errors })]
     Unreachable {
         /// Nodes that confirmed the operation.
         succeeded: usize,
@@ -155,11 +152,13 @@ pub enum NodeErrorKind {
     /// No reply within the per-node timeout.
     Timeout(Duration),
     /// An etcd cluster refused or failed a request (no leader, a lease not
-    /// found, a connection error), as its client described it.
-    Etcd(String),
+    /// found, a connection error): what failed, with the client's error as
+    /// its source.
+    Etcd(StoreFailure),
     /// A ZooKeeper ensemble refused or failed a request (connection loss, an
-    /// expired session, no quorum), as its client described it.
-    ZooKeeper(String),
+    /// expired session, no quorum): what failed, with the client's error as
+    /// its source.
+    ZooKeeper(StoreFailure),
     /// The connection or the server reported an error.
     Redis(redis::RedisError),
     /// Replica-acknowledged mode ([`crate::ReplicaAck`]): the node performed
@@ -214,10 +213,111 @@ impl std::error::Error for NodeError {
         match &self.kind {
             NodeErrorKind::Timeout(_)
             | NodeErrorKind::ReplicasMissing { .. }
-            | NodeErrorKind::ClockTooFast { .. }
-            | NodeErrorKind::Etcd(_)
-            | NodeErrorKind::ZooKeeper(_) => None,
+            | NodeErrorKind::ClockTooFast { .. } => None,
+            NodeErrorKind::Etcd(e) | NodeErrorKind::ZooKeeper(e) => Some(e),
             NodeErrorKind::Redis(e) => Some(e),
+        }
+    }
+}
+
+/// What failed on an etcd cluster or a ZooKeeper ensemble, in the store's
+/// terms, with the client's own error as the [`source`](std::error::Error::source)
+/// when there is one.
+#[derive(Debug, Clone)]
+pub struct StoreFailure {
+    what: Cow<'static, str>,
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+// Made only by the etcd and ZooKeeper backends.
+#[cfg_attr(not(any(feature = "etcd", feature = "zookeeper")), allow(dead_code))]
+impl StoreFailure {
+    /// A failure the store's answer showed (no client error behind it).
+    pub(crate) fn new(what: impl Into<Cow<'static, str>>) -> StoreFailure {
+        StoreFailure {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// `what` failed with the client's `error`.
+    pub(crate) fn caused_by(
+        what: impl Into<Cow<'static, str>>,
+        error: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreFailure {
+        StoreFailure {
+            what: what.into(),
+            source: Some(Arc::new(error)),
+        }
+    }
+
+    /// What failed: the request, or what its answer showed.
+    pub fn what(&self) -> &str {
+        &self.what
+    }
+}
+
+impl fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.source {
+            Some(source) => write!(f, "{}: {source}", self.what),
+            None => f.write_str(&self.what),
+        }
+    }
+}
+
+impl std::error::Error for StoreFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// [`Error::Unreachable`]'s message: in a cluster's own words when the one
+/// member is an etcd cluster or a ZooKeeper ensemble, else the Redlock count.
+struct Unreachable<'a> {
+    succeeded: usize,
+    refused: usize,
+    quorum: usize,
+    nodes: usize,
+    errors: &'a [NodeError],
+}
+
+impl fmt::Display for Unreachable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let store = match self.errors {
+            [NodeError { node, .. }] if node.starts_with("etcd") => Some("etcd cluster"),
+            [NodeError { node, .. }] if node.starts_with("zk://") => Some("ZooKeeper ensemble"),
+            _ => None,
+        };
+        match (store, self.errors) {
+            (Some(store), [error]) => {
+                write!(f, "{store} {} unreachable: {}", error.node, Failure(&error.kind))
+            }
+            _ => write!(
+                f,
+                "quorum unreachable: {} of {} nodes succeeded, {} needed ({} refused, {} failed){}",
+                self.succeeded,
+                self.nodes,
+                self.quorum,
+                self.refused,
+                self.errors.len(),
+                NodeErrors(self.errors)
+            ),
+        }
+    }
+}
+
+/// A node error's failure without the node's name.
+struct Failure<'a>(&'a NodeErrorKind);
+
+impl fmt::Display for Failure<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            NodeErrorKind::Timeout(t) => write!(f, "no reply within {t:?}"),
+            NodeErrorKind::Etcd(e) | NodeErrorKind::ZooKeeper(e) => write!(f, "{e}"),
+            other => write!(f, "{other:?}"),
         }
     }
 }
@@ -349,4 +449,38 @@ pub enum Setting {
     /// A semaphore's name or number of permits
     /// ([`Redlock::semaphore`](crate::Redlock::semaphore)).
     Semaphore,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_cluster_failure_says_which_store_and_keeps_its_cause() {
+        let cause = std::io::Error::other("no leader");
+        let kind = NodeErrorKind::Etcd(StoreFailure::caused_by("request", cause));
+        let error = Error::unreachable_store("etcd://10.0.0.1:2379".into(), kind);
+        assert_eq!(
+            error.to_string(),
+            "etcd cluster etcd://10.0.0.1:2379 unreachable: request: no leader"
+        );
+        let Error::Unreachable { errors, .. } = &error else {
+            panic!("{error:?}");
+        };
+        let failure = errors[0].source().expect("the store's failure");
+        assert_eq!(
+            failure.source().expect("the client's error").to_string(),
+            "no leader"
+        );
+        let redis = Error::unreachable_store(
+            "redis://10.0.0.1".into(),
+            NodeErrorKind::Timeout(Duration::from_millis(5)),
+        );
+        assert!(
+            redis.to_string().starts_with("quorum unreachable: 0 of 1 nodes"),
+            "{redis}"
+        );
+    }
 }

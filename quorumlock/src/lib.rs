@@ -56,7 +56,7 @@ pub use config::{
 };
 #[doc(hidden)]
 pub use duration::parse_duration;
-pub use error::{ConfigError, Error, NodeError, NodeErrorKind, Result, Setting};
+pub use error::{ConfigError, Error, NodeError, NodeErrorKind, Result, Setting, StoreFailure};
 pub use idempotency::Idempotency;
 pub use lock::acquisition::Acquisition;
 pub use lock::guard::{Guard, ReleaseReport};

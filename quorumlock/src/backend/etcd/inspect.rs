@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::Cluster;
 use crate::backend::cluster::inspect::{self as cluster, Seen};
-use crate::error::{Error, NodeErrorKind};
+use crate::error::{Error, NodeErrorKind, StoreFailure};
 use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource: its holder, and how many wait behind it.
@@ -104,7 +104,7 @@ pub(crate) async fn delete_holder(
 fn kind(error: Error) -> NodeErrorKind {
     match error {
         Error::Unreachable { mut errors, .. } if !errors.is_empty() => errors.swap_remove(0).kind,
-        other => NodeErrorKind::Etcd(other.to_string()),
+        other => NodeErrorKind::Etcd(StoreFailure::caused_by("inspect", other)),
     }
 }
 

@@ -6,7 +6,7 @@ use etcd_client::{LeaseKeepAliveStream, LeaseKeeper};
 use tokio::time::Instant;
 
 use super::Cluster;
-use crate::error::{NodeErrorKind, Result};
+use crate::error::{NodeErrorKind, Result, StoreFailure};
 
 /// The keep-alive stream of one lease. After any failed or late answer it
 /// must be dropped and a new one opened: an answer that comes late on this
@@ -58,10 +58,10 @@ impl Keeper {
                 ttl: Duration::from_secs(reply.ttl().unsigned_abs()),
             }),
             Some(_) => Ok(KeptAlive::Expired),
-            None => Err(store.unreachable(NodeErrorKind::Etcd(format!(
+            None => Err(store.unreachable(NodeErrorKind::Etcd(StoreFailure::new(format!(
                 "the keep-alive stream of lease {:x} ended",
                 self.lease
-            )))),
+            ))))),
         }
     }
 }

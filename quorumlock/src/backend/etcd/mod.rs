@@ -44,7 +44,7 @@ pub(crate) use url::EtcdUrl;
 use super::cluster;
 use crate::config::Timing;
 use crate::config::etcd::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY};
-use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
 use crate::lock::holders::Holders;
 use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
@@ -115,7 +115,7 @@ impl Cluster {
                 options = with_tls(options, &self.url)?;
                 Client::connect(self.url.endpoints(), Some(options))
                     .await
-                    .map_err(|e| self.unreachable(NodeErrorKind::Etcd(e.to_string())))
+                    .map_err(|e| self.unreachable(NodeErrorKind::Etcd(StoreFailure::caused_by("connect", e))))
             })
             .await?;
         Ok(client.clone())
@@ -138,7 +138,7 @@ impl Cluster {
     ) -> Result<T> {
         match tokio::time::timeout_at(deadline, request).await {
             Ok(Ok(reply)) => Ok(reply),
-            Ok(Err(e)) => Err(self.unreachable(NodeErrorKind::Etcd(e.to_string()))),
+            Ok(Err(e)) => Err(self.unreachable(NodeErrorKind::Etcd(StoreFailure::caused_by("request", e)))),
             Err(_) => Err(self.unreachable(NodeErrorKind::Timeout(self.request_timeout))),
         }
     }

@@ -18,7 +18,7 @@ use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::backend::cluster;
 use crate::config::RENEW_DIVISOR;
 use crate::config::etcd::ETCD_RENEW_RETRY;
-use crate::error::{Error, NodeErrorKind, Result};
+use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
 use crate::lock::guard::Guard;
 use crate::lock::in_line;
 use crate::lock::resources::Resources;
@@ -53,9 +53,9 @@ pub(crate) fn lock<'a>(
             |deadline| attempt(store, options, resources, ttl, deadline),
             // Our key vanished while we waited: the lease lapsed.
             || {
-                store.unreachable(NodeErrorKind::Etcd(
-                    "the waiter's lease expired while it waited".into(),
-                ))
+                store.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
+                    "the waiter's lease expired while it waited",
+                )))
             },
         )
         .await?;
@@ -251,7 +251,9 @@ impl Alive {
         if self.keep(store, lease).await? {
             Ok(())
         } else {
-            Err(store.unreachable(NodeErrorKind::Etcd("the keep-alive after the wait failed".into())))
+            Err(store.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
+                "the keep-alive after the wait failed",
+            ))))
         }
     }
 }
@@ -324,9 +326,9 @@ fn gets(store: &Cluster, reply: &TxnResponse) -> Result<Vec<Vec<i64>>> {
         })
         .collect();
     if gets.is_empty() {
-        return Err(store.unreachable(NodeErrorKind::Etcd(
-            "a transaction answered without its reads".into(),
-        )));
+        return Err(store.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
+            "a transaction answered without its reads",
+        ))));
     }
     Ok(gets)
 }
@@ -415,8 +417,8 @@ impl Line<'_> {
                             return Ok(());
                         }
                     }
-                    Ok(None) => return Err(store.unreachable(NodeErrorKind::Etcd("the watch ended".into()))),
-                    Err(e) => return Err(store.unreachable(NodeErrorKind::Etcd(e.to_string()))),
+                    Ok(None) => return Err(store.unreachable(NodeErrorKind::Etcd(StoreFailure::new("the watch ended")))),
+                    Err(e) => return Err(store.unreachable(NodeErrorKind::Etcd(StoreFailure::caused_by("watch", e)))),
                 },
                 () = tokio::time::sleep_until(renew_at) => {
                     if !alive.keep(store, lease).await? {

@@ -43,7 +43,7 @@ pub(crate) use url::ZkUrl;
 use super::cluster;
 use crate::config::Timing;
 use crate::config::zookeeper::{ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
-use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
 use crate::lock::holders::Holders;
 use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
@@ -142,7 +142,7 @@ impl Ensemble {
     pub(crate) fn failed(&self, error: &zookeeper_client::Error) -> Error {
         let kind = match error {
             zookeeper_client::Error::Timeout => NodeErrorKind::Timeout(self.request_timeout),
-            other => NodeErrorKind::ZooKeeper(other.to_string()),
+            other => NodeErrorKind::ZooKeeper(StoreFailure::caused_by("request", other.clone())),
         };
         self.unreachable(kind)
     }

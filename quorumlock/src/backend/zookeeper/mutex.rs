@@ -15,7 +15,7 @@ use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Ensemble, ZkResult};
 use crate::backend::cluster;
 use crate::config::zookeeper::ZK_WAITER_RECHECK;
-use crate::error::{Error, NodeErrorKind, Result, Setting};
+use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
 use crate::lock::guard::Guard;
 use crate::lock::in_line;
 use crate::lock::resources::Resources;
@@ -46,9 +46,9 @@ pub(crate) fn lock<'a>(
             |deadline| attempt(store, options, resources, ttl, deadline),
             // Our node vanished while we waited: the session expired.
             || {
-                store.unreachable(NodeErrorKind::ZooKeeper(
-                    "the waiter's session expired while it waited".into(),
-                ))
+                store.unreachable(NodeErrorKind::ZooKeeper(StoreFailure::new(
+                    "the waiter's session expired while it waited",
+                )))
             },
         )
         .await?;
