@@ -7,7 +7,7 @@
 use std::net::{Ipv4Addr, TcpListener};
 use std::process::{Command, Output, Stdio};
 
-use quorumlock::cli_probe::{COMMANDS, Need};
+use quorumlock::probe::{COMMANDS, Need};
 use quorumlock_testkit::{Persistence, RedisServer, SkewedClock, dbsize};
 use serde_json::Value;
 

@@ -32,21 +32,10 @@ mod idempotency;
 mod inspect;
 mod semaphore;
 
-// For the quorumlock CLI's `check`, not covered by semver: the commands the
-// library sends a node, what each is needed for, and how to probe them.
-#[doc(hidden)]
-pub use backend::redlock::wire::probe as cli_probe;
-// For the quorumlock CLI's `check` on an etcd cluster, not covered by semver.
-#[cfg(feature = "etcd")]
-#[doc(hidden)]
-pub use backend::etcd::probe as cli_probe_etcd;
-
-pub use builder::RedlockBuilder;
-// For the quorumlock CLI, not covered by semver: the duration format of its
-// arguments (which `from_env` reads too) and the password-free form of node
-// URLs for its messages.
+pub use backend::probe;
 pub use backend::redlock::fence::{Fenced, FencedWrite};
 pub use backend::redlock::node::ReplicaAck;
+pub use builder::RedlockBuilder;
 pub use client::Redlock;
 pub use config::{
     DEFAULT_BATCHING, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, DEFAULT_DRIFT_FIXED, DEFAULT_HEAL,
@@ -54,7 +43,6 @@ pub use config::{
     DEFAULT_RETRY_DELAY, DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, DEFAULT_WAIT, MAX_TTL, MIN_RETRY_DELAY,
     START_MARGIN,
 };
-#[doc(hidden)]
 pub use duration::parse_duration;
 pub use error::{ConfigError, Error, NodeError, NodeErrorKind, Result, Setting, StoreFailure};
 pub use idempotency::Idempotency;
@@ -64,12 +52,7 @@ pub use lock::inspection::{
     DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
 };
 pub use lock::resources::{MAX_RESOURCES, RESERVED_PREFIX, Resources};
-// For the quorumlock CLI's `check` on Redis Cluster and Sentinel members,
-// not covered by semver.
-#[doc(hidden)]
-pub use backend::redlock::node::{Layout as CliMemberLayout, layout_of as cli_member_layout};
 pub use options::LockOptions;
-#[doc(hidden)]
 pub use redact::redact_url;
 /// The Redis client crate, for [`RedlockBuilder::client`] (a `redis::Client`
 /// with settings of the caller's own) at the version this crate uses.

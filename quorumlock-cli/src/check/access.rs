@@ -12,8 +12,9 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use quorumlock::cli_probe::{
-    self, CLUSTER_SLOTS, Command, EVALSHA, Need, Probe, SCRIPT_LOAD, SET, SUBSCRIBE, UNSUBSCRIBE, WAIT,
+use quorumlock::probe::{
+    self as cli_probe, CLUSTER_SLOTS, Command, EVALSHA, Need, Probe, SCRIPT_LOAD, SET, SUBSCRIBE,
+    UNSUBSCRIBE, WAIT,
 };
 use redis::Value;
 use redis::aio::MultiplexedConnection;

@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use quorumlock::Inspection;
-use quorumlock::cli_probe_etcd::{self, EtcdProbe, MemberProbe};
+use quorumlock::probe::etcd::{self as etcd_probe, EtcdProbe, MemberProbe};
 
 use super::{Args, Finding, Level, Report, Store, output, summarize_with};
 use crate::exit::Exit;
@@ -22,7 +22,7 @@ const ETCD: Store = Store {
 };
 
 pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
-    let probe = match cli_probe_etcd::probe(url, args.timeout).await {
+    let probe = match etcd_probe::probe(url, args.timeout).await {
         Ok(probe) => probe,
         Err(message) => return fail(Exit::Usage, message),
     };

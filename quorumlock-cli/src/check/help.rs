@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use quorumlock::cli_probe::{self, COMMANDS, Need, Probe};
+use quorumlock::probe::{self as cli_probe, COMMANDS, Need, Probe};
 
 const EXAMPLES: &str = "\
 Examples:

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use quorumlock::cli_probe::{PTTL, TYPE};
+use quorumlock::probe::{PTTL, TYPE};
 use redis::aio::MultiplexedConnection;
 
 use super::command::query;

@@ -1,12 +1,12 @@
 //! A Redis Cluster or a Sentinel-managed master as one node: what it is
-//! made of as it answers now ([`quorumlock::cli_member_layout`]), then the
+//! made of as it answers now ([`quorumlock::probe::member_layout`]), then the
 //! probes of [`super::node`] on each of the cluster's primaries, or on the
 //! master the sentinels name.
 
 use std::time::Duration;
 
 use futures::future::join_all;
-use quorumlock::CliMemberLayout;
+use quorumlock::probe::MemberLayout;
 use serde_json::{Value, json};
 
 use super::node;
@@ -100,7 +100,8 @@ pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Durat
     // The library asks the listed servers one after the other.
     let hosts = u32::try_from(parts.hosts.split(',').count()).unwrap_or(u32::MAX);
     let limit = args.timeout.saturating_mul(hosts.saturating_add(1));
-    let layout = match tokio::time::timeout(limit, quorumlock::cli_member_layout(url, args.timeout)).await {
+    let layout = match tokio::time::timeout(limit, quorumlock::probe::member_layout(url, args.timeout)).await
+    {
         Ok(Ok(layout)) => layout,
         Ok(Err(e)) => {
             report.error("bad_url", e);
@@ -115,7 +116,7 @@ pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Durat
         }
     };
     match &layout {
-        CliMemberLayout::Cluster { primaries } => {
+        MemberLayout::Cluster { primaries } => {
             report.role = "cluster".into();
             judge_slots(&mut report, primaries);
             let probes = primaries.iter().map(|(address, _)| {
@@ -128,7 +129,7 @@ pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Durat
             });
             report.servers = join_all(probes).await;
         }
-        CliMemberLayout::Sentinel { name, master } => {
+        MemberLayout::Sentinel { name, master } => {
             report.role = "sentinel".into();
             match master {
                 Ok(address) => {
@@ -144,7 +145,7 @@ pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Durat
                 ),
             }
         }
-        CliMemberLayout::Server => {}
+        MemberLayout::Server => {}
     }
     report.layout = Some(layout);
     // Each key as the server that holds it sees it.
@@ -220,17 +221,17 @@ fn show_ranges<T: PartialEq + std::fmt::Display>(ranges: &[(T, T)]) -> String {
 }
 
 /// What a member is made of, for the human output; `None` for a server.
-pub(super) fn describe(layout: &CliMemberLayout) -> Option<String> {
+pub(super) fn describe(layout: &MemberLayout) -> Option<String> {
     match layout {
-        CliMemberLayout::Server => None,
-        CliMemberLayout::Cluster { primaries } => {
+        MemberLayout::Server => None,
+        MemberLayout::Cluster { primaries } => {
             let shown: Vec<String> = primaries
                 .iter()
                 .map(|(address, ranges)| format!("{address} (slots {})", show_ranges(ranges)))
                 .collect();
             Some(format!("Redis Cluster, primaries {}", shown.join(", ")))
         }
-        CliMemberLayout::Sentinel { name, master } => Some(match master {
+        MemberLayout::Sentinel { name, master } => Some(match master {
             Ok(address) => format!("Sentinel master {name} at {address}"),
             Err(_) => format!("Sentinel master {name}, at no server now"),
         }),
@@ -238,17 +239,17 @@ pub(super) fn describe(layout: &CliMemberLayout) -> Option<String> {
 }
 
 /// The same as JSON fields: `kind`, and the primaries or the master.
-pub(super) fn json(layout: &CliMemberLayout) -> Value {
+pub(super) fn json(layout: &MemberLayout) -> Value {
     match layout {
-        CliMemberLayout::Server => json!({"kind": "server"}),
-        CliMemberLayout::Cluster { primaries } => json!({
+        MemberLayout::Server => json!({"kind": "server"}),
+        MemberLayout::Cluster { primaries } => json!({
             "kind": "cluster",
             "primaries": primaries.iter().map(|(address, ranges)| json!({
                 "address": address,
                 "slots": ranges.iter().map(|&(first, last)| [first, last]).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
         }),
-        CliMemberLayout::Sentinel { name, master } => json!({
+        MemberLayout::Sentinel { name, master } => json!({
             "kind": "sentinel",
             "master_name": name,
             "master": master.as_ref().ok(),

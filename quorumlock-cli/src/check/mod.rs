@@ -93,7 +93,7 @@ struct Report {
     keys: Vec<keys::KeyState>,
     findings: Vec<Finding>,
     /// What a Redis Cluster or Sentinel member is made of, as it answered.
-    layout: Option<quorumlock::CliMemberLayout>,
+    layout: Option<quorumlock::probe::MemberLayout>,
     /// The servers probed for such a member: the cluster's primaries, or
     /// the sentinels' master.
     servers: Vec<Report>,

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quorumlock::cli_probe::{self, CONFIG_GET, INFO, PING, TIME};
+use quorumlock::probe::{self as cli_probe, CONFIG_GET, INFO, PING, TIME};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, ErrorKind, Value};
 use tokio::time::Instant;

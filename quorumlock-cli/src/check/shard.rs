@@ -1,13 +1,13 @@
 //! A server probed as a primary of a Redis Cluster member: only the keys of
 //! the hash slots it serves live there, and it must answer CLUSTER SLOTS.
 
-use quorumlock::CliMemberLayout;
+use quorumlock::probe::MemberLayout;
 
 /// A primary of a cluster member: the cluster as it answered, and the
 /// primary's address (`host:port`) in it.
 #[derive(Clone, Copy)]
 pub(super) struct Shard<'a> {
-    pub(super) layout: &'a CliMemberLayout,
+    pub(super) layout: &'a MemberLayout,
     pub(super) address: &'a str,
 }
 
@@ -31,7 +31,7 @@ mod tests {
     #[test]
     fn a_primary_holds_the_keys_of_its_slots_only() {
         // "a" hashes to slot 15495, "b" to 3300 (CRC16/XMODEM mod 16384).
-        let layout = CliMemberLayout::Cluster {
+        let layout = MemberLayout::Cluster {
             primaries: vec![
                 ("h:1".to_owned(), vec![(0, 8191)]),
                 ("h:2".to_owned(), vec![(8192, 16383)]),

@@ -20,6 +20,7 @@
 mod cluster;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+pub mod probe;
 pub(crate) mod redlock;
 #[cfg(feature = "zookeeper")]
 pub(crate) mod zookeeper;

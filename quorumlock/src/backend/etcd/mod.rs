@@ -27,7 +27,7 @@ pub(crate) mod keepalive;
 mod keeper;
 mod lease;
 mod mutex;
-pub mod probe;
+pub(crate) mod probe;
 mod url;
 
 use std::sync::Arc;

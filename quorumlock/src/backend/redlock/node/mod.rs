@@ -206,9 +206,13 @@ impl Node {
     }
 }
 
-/// What the member a node URL names is made of, as it answers now: for the
-/// quorumlock CLI's `check`, not covered by semver.
-#[doc(hidden)]
+/// What the member a node URL names is made of, as it answers now: a Redis
+/// Cluster's shards, a Sentinel-managed master's replicas, or one node.
+///
+/// # Errors
+///
+/// The reason, in words, when the URL is malformed or the member did not
+/// answer within `connect_timeout`.
 pub async fn layout_of(url: &str, connect_timeout: Duration) -> Result<Layout, String> {
     let settings = Settings {
         connect_timeout,
@@ -220,7 +224,6 @@ pub async fn layout_of(url: &str, connect_timeout: Duration) -> Result<Layout, S
 }
 
 /// What a member is made of (see [`layout_of`]).
-#[doc(hidden)]
 #[derive(Debug)]
 pub enum Layout {
     /// One Redis server.

@@ -50,7 +50,7 @@ pub(crate) mod idempotency;
 pub(crate) mod inspect;
 pub(crate) mod keys;
 pub(crate) mod lock;
-pub mod probe;
+pub(crate) mod probe;
 pub(crate) mod queue;
 pub(crate) mod renew;
 pub(crate) mod replica;

@@ -1,5 +1,5 @@
-//! For the quorumlock CLI's `check`, not covered by semver: how to try, as a
-//! node's user, every command the library sends a node ([`COMMANDS`]).
+//! How to try, as a node's user, every command the library sends a node
+//! ([`COMMANDS`]), as `quorumlock check` does.
 //!
 //! Redis checks a script's commands against the caller's ACL one by one as
 //! they run, so the commands the scripts run are tried inside one probe
