@@ -13,12 +13,9 @@ use std::time::Duration;
 /// retry later), a lock that is no longer ours ([`Error::Lost`]: stop the
 /// critical section), not enough time left ([`Error::ValidityUsedUp`]), a
 /// mistake in the settings ([`Error::Config`]: fix the code) and a client
-/// that was shut down ([`Error::Closed`]). The
-/// [`Idempotency`](crate::Idempotency) variants separate an operation running
-/// elsewhere ([`Error::InProgress`]), this call's operation failing
-/// ([`Error::OperationFailed`]), an earlier failure given back
-/// ([`Error::CachedFailure`]) and a result that did not reach a majority
-/// ([`Error::ResultNotStored`]).
+/// that was shut down ([`Error::Closed`]). An idempotency key's run has
+/// errors of its own besides these
+/// ([`IdempotencyError`](crate::IdempotencyError)).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -86,54 +83,6 @@ pub enum Error {
     /// it takes no new lock, and it released the locks it held.
     #[error("client shut down")]
     Closed,
-    /// Another caller holds the idempotency key: its operation is running
-    /// (or it is claiming the key at this very moment) and no result is
-    /// stored yet. Retry later, or let [`Idempotency`](crate::Idempotency)
-    /// wait for the result.
-    #[error("operation in progress elsewhere: another caller's marker is on {pending} of {nodes} nodes")]
-    InProgress {
-        /// Nodes that hold another caller's in-progress marker.
-        pending: usize,
-        /// Nodes configured.
-        nodes: usize,
-    },
-    /// The operation ran in this call and returned this error. Unless
-    /// failures are cached, the key is free again and a retry runs the
-    /// operation again.
-    #[error("operation failed: {0}")]
-    OperationFailed(Arc<dyn std::error::Error + Send + Sync>),
-    /// The operation failed in an earlier call that cached its failure; it
-    /// was not run again. The message is the earlier error's text.
-    #[error("operation failed earlier (cached failure): {message}")]
-    CachedFailure {
-        /// The earlier error, as text.
-        message: String,
-    },
-    /// The operation ran and succeeded in this call, but its result reached
-    /// fewer than a majority of nodes. It may be stored on some of them: a
-    /// later caller that reaches one of those gets it, one that does not may
-    /// run the operation again once this call's marker expires. Do not retry
-    /// blindly; `output` is the result, so the caller can still use it.
-    #[error(
-        "operation succeeded but its result may be only partially stored: written on {stored} of {nodes} nodes, {quorum} needed ({refused} no longer held our marker, {} failed){}",
-        errors.len(),
-        NodeErrors(errors)
-    )]
-    ResultNotStored {
-        /// Nodes that stored the result.
-        stored: usize,
-        /// Nodes where our marker was gone (it expired, or another caller
-        /// claimed the key after it expired).
-        refused: usize,
-        /// Nodes needed for a majority.
-        quorum: usize,
-        /// Nodes configured.
-        nodes: usize,
-        /// What went wrong on each failing node.
-        errors: Vec<NodeError>,
-        /// The operation's result.
-        output: Arc<[u8]>,
-    },
 }
 
 /// What went wrong on one node.
@@ -323,7 +272,7 @@ impl fmt::Display for Failure<'_> {
 }
 
 /// Formats per-node errors as `: a: ..; b: ..` (nothing when empty).
-struct NodeErrors<'a>(&'a [NodeError]);
+pub(crate) struct NodeErrors<'a>(pub(crate) &'a [NodeError]);
 
 impl fmt::Display for NodeErrors<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -45,7 +45,7 @@ pub use config::{
 };
 pub use duration::parse_duration;
 pub use error::{ConfigError, Error, NodeError, NodeErrorKind, Result, Setting, StoreFailure};
-pub use idempotency::Idempotency;
+pub use idempotency::{Idempotency, IdempotencyError};
 pub use lock::acquisition::Acquisition;
 pub use lock::guard::{Guard, ReleaseReport};
 pub use lock::inspection::{

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::{Error, Idempotency, Redlock};
+use quorumlock::{Error, Idempotency, IdempotencyError, Redlock};
 use quorumlock_testkit::{client, dbsize, get, pttl, start_nodes};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
@@ -80,7 +80,7 @@ async fn no_wait_callers_get_in_progress_while_the_first_runs() {
             .await;
         match result {
             // The first caller's marker is on every node that answered its claim in time.
-            Err(Error::InProgress { pending, nodes: 3 }) if pending >= 2 => {}
+            Err(IdempotencyError::InProgress { pending, nodes: 3 }) if pending >= 2 => {}
             other => panic!("expected InProgress with markers on a majority of 3 nodes, got {other:?}"),
         }
     }
@@ -181,7 +181,10 @@ async fn a_crashed_first_caller_blocks_others_only_until_its_marker_expires() {
         .no_wait()
         .run_string("idem:cron:archive", ttl, || counted(&runs))
         .await;
-    assert!(matches!(blocked, Err(Error::InProgress { .. })), "{blocked:?}");
+    assert!(
+        matches!(blocked, Err(IdempotencyError::InProgress { .. })),
+        "{blocked:?}"
+    );
 
     let ran_at = Mutex::new(None);
     let retried = others
@@ -219,7 +222,7 @@ async fn a_failed_operation_is_not_cached_and_the_next_call_runs_it() {
         })
         .await;
     match failed {
-        Err(Error::OperationFailed(e)) => {
+        Err(IdempotencyError::OperationFailed(e)) => {
             assert_eq!(e.to_string(), "card network down");
             assert!(
                 e.downcast_ref::<io::Error>().is_some(),
@@ -246,7 +249,7 @@ async fn with_cache_failures_the_next_call_gets_the_cached_failure() {
         Err::<String, _>("card declined")
     };
     match idem.run_string("idem:charge:7", TTL, declined).await {
-        Err(Error::OperationFailed(e)) => assert_eq!(e.to_string(), "card declined"),
+        Err(IdempotencyError::OperationFailed(e)) => assert_eq!(e.to_string(), "card declined"),
         other => panic!("expected OperationFailed, got {other:?}"),
     }
     for server in &servers {
@@ -258,7 +261,7 @@ async fn with_cache_failures_the_next_call_gets_the_cached_failure() {
     let later = client(&servers).idempotency().no_wait();
     for _ in 0..2 {
         match later.run_string("idem:charge:7", TTL, || counted(&runs)).await {
-            Err(Error::CachedFailure { message }) => assert_eq!(message, "card declined"),
+            Err(IdempotencyError::CachedFailure { message }) => assert_eq!(message, "card declined"),
             other => panic!("expected CachedFailure, got {other:?}"),
         }
     }
@@ -294,13 +297,13 @@ async fn two_of_three_nodes_killed_fail_as_unreachable_without_running() {
         redlock.idempotency().wait(Duration::from_millis(300)),
     ] {
         match idem.run_string("idem:doc:2", TTL, || counted(&runs)).await {
-            Err(Error::Unreachable {
+            Err(IdempotencyError::Lock(Error::Unreachable {
                 succeeded: 1,
                 refused: 0,
                 quorum: 2,
                 nodes: 3,
                 errors,
-            }) => assert_eq!(errors.len(), 2, "{errors:?}"),
+            })) => assert_eq!(errors.len(), 2, "{errors:?}"),
             other => panic!("expected Unreachable with 1 of 3 nodes, got {other:?}"),
         }
     }
@@ -333,7 +336,7 @@ async fn a_result_stored_on_a_minority_is_reported_and_never_rerun() {
         })
         .await;
     match partial {
-        Err(Error::ResultNotStored {
+        Err(IdempotencyError::ResultNotStored {
             stored: 1,
             refused: 0,
             quorum: 2,
@@ -375,7 +378,7 @@ async fn bad_input_is_a_config_error_and_runs_nothing() {
     ];
     for (idem, key, ttl) in cases {
         match idem.run_string(key, ttl, || counted(&runs)).await {
-            Err(Error::Config(_)) => {}
+            Err(IdempotencyError::Lock(Error::Config(_))) => {}
             other => panic!("key {key:?}, ttl {ttl:?}: expected Config, got {other:?}"),
         }
     }
@@ -395,7 +398,10 @@ async fn a_key_holding_other_data_is_a_config_error() {
         .idempotency()
         .run_string("report:daily", TTL, || counted(&runs))
         .await;
-    assert!(matches!(result, Err(Error::Config(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(IdempotencyError::Lock(Error::Config(_)))),
+        "{result:?}"
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
     for server in &servers {
         assert_eq!(get(server, "report:daily").as_deref(), Some(guard.token()));

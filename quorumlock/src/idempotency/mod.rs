@@ -47,7 +47,7 @@
 //!   contenders): the operation does not run. Our markers are deleted on
 //!   every node (owner-checked); a node that answers late still gets the
 //!   delete queued behind our claim on its connection, and anything left
-//!   expires after `ttl`. The caller gets [`Error::InProgress`] when other
+//!   expires after `ttl`. The caller gets [`IdempotencyError::InProgress`] when other
 //!   callers' markers alone rule out a majority, [`Error::Unreachable`]
 //!   otherwise. A waiting caller keeps polling until its wait runs out.
 //! - **A node fails while the operation runs**: nothing happens until the
@@ -58,10 +58,10 @@
 //!   again. That is the retry a crashed caller needs, and also why `ttl`
 //!   must exceed the operation's longest run: markers are not renewed.
 //! - **The result reaches only a minority** (nodes died or timed out during
-//!   the store): the caller gets [`Error::ResultNotStored`] with the result,
+//!   the store): the caller gets [`IdempotencyError::ResultNotStored`] with the result,
 //!   and the operation is *not* run again. Our markers are left in place on
 //!   the nodes that did not take the result, so until `ttl` passes other
-//!   callers see the result (on a node that has it) or [`Error::InProgress`].
+//!   callers see the result (on a node that has it) or [`IdempotencyError::InProgress`].
 //!   After that, a caller that reaches a node with the result gets it; one
 //!   that reaches a majority of nodes without it claims the key and runs the
 //!   operation again. That second run is the price of an outage at exactly
@@ -70,7 +70,7 @@
 //!   another caller may already have claimed the key and started the
 //!   operation a second time; the store's owner check then refuses to
 //!   overwrite that caller's marker, and the first caller gets
-//!   [`Error::ResultNotStored`] (its `refused` count says why).
+//!   [`IdempotencyError::ResultNotStored`] (its `refused` count says why).
 //! - **A node restarts without persistence** and loses markers or results:
 //!   a result still wins as long as any node that has it answers the claim.
 //!   A marker, like a lock, keeps others out only while no majority of nodes
@@ -80,6 +80,7 @@
 //! - **A failed operation's marker cannot be deleted** on some node: it
 //!   expires after `ttl`; until then that node counts as "in progress".
 
+mod error;
 mod rounds;
 
 use std::error::Error as StdError;
@@ -88,6 +89,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use self::error::IdempotencyError;
 use self::rounds::Claim;
 use crate::backend::redlock::quorum::Quorum;
 use crate::backend::redlock::wire::idempotency as wire_idempotency;
@@ -108,7 +110,7 @@ use crate::error::{Error, Result, Setting};
 /// a majority of nodes, runs the operation and replaces the marker by the
 /// result, kept for [`Idempotency::result_ttl`]. Concurrent callers wait for
 /// that result (up to [`Idempotency::wait`]) or, with
-/// [`Idempotency::no_wait`], get [`Error::InProgress`] at once. A failed
+/// [`Idempotency::no_wait`], get [`IdempotencyError::InProgress`] at once. A failed
 /// operation is not stored unless [`Idempotency::cache_failures`] is on, so a
 /// retry runs it again. A caller that crashes mid-operation blocks others
 /// only until its marker's `ttl` passes; then the operation can run again.
@@ -125,7 +127,7 @@ use crate::error::{Error, Result, Setting};
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use quorumlock::{Error, Redlock};
+/// use quorumlock::{Error, IdempotencyError, Redlock};
 ///
 /// # async fn charge_card() -> Result<String, std::io::Error> { Ok(String::new()) }
 /// # #[tokio::main(flavor = "current_thread")]
@@ -139,10 +141,10 @@ use crate::error::{Error, Result, Setting};
 /// let key = format!("idem:charge:{request_key}");
 /// match charges.run_string(&key, Duration::from_secs(60), charge_card).await {
 ///     Ok(receipt) => println!("200 OK {receipt}"),
-///     Err(Error::InProgress { .. }) => println!("409 Conflict: the first request is still running"),
-///     Err(Error::OperationFailed(e)) => println!("402 Payment Required: {e}"),
+///     Err(IdempotencyError::InProgress { .. }) => println!("409 Conflict: the first request is still running"),
+///     Err(IdempotencyError::OperationFailed(e)) => println!("402 Payment Required: {e}"),
 ///     // Charged, but the receipt is not safely stored: answer, and alert.
-///     Err(Error::ResultNotStored { output, .. }) => {
+///     Err(IdempotencyError::ResultNotStored { output, .. }) => {
 ///         println!("200 OK {}", String::from_utf8_lossy(&output))
 ///     }
 ///     Err(e) => println!("503 Service Unavailable: {e}"),
@@ -204,7 +206,7 @@ impl Idempotency {
     /// an eighth of the client's retry delay and doubles up to it. The
     /// default is the client's wait ([`RedlockBuilder::wait`], 10 s unless
     /// set). When the wait runs out the caller gets the last poll's error,
-    /// usually [`Error::InProgress`]. If the other caller's marker expires
+    /// usually [`IdempotencyError::InProgress`]. If the other caller's marker expires
     /// meanwhile (it crashed) or its operation failed uncached, the waiting
     /// caller claims the key and runs the operation itself.
     ///
@@ -223,7 +225,7 @@ impl Idempotency {
 
     /// Also store failures: when the operation returns an error, its message
     /// is kept for [`Idempotency::result_ttl`] and later callers get
-    /// [`Error::CachedFailure`] instead of running the operation again. For
+    /// [`IdempotencyError::CachedFailure`] instead of running the operation again. For
     /// operations whose failure is itself a final answer (a declined card).
     /// The default is off: a failed operation frees the key at once.
     pub fn cache_failures(mut self, cache: bool) -> Self {
@@ -241,16 +243,16 @@ impl Idempotency {
     /// call of `run`, and at most once per key across all callers unless a
     /// marker expires first (`ttl` must cover the operation's longest run)
     /// or nodes fail while the result is stored (see
-    /// [`Error::ResultNotStored`]).
+    /// [`IdempotencyError::ResultNotStored`]).
     ///
     /// # Errors
     ///
-    /// - [`Error::InProgress`] when another caller holds the key and the wait
+    /// - [`IdempotencyError::InProgress`] when another caller holds the key and the wait
     ///   ran out (or there is none).
-    /// - [`Error::OperationFailed`] when `op` ran in this call and failed;
-    ///   [`Error::CachedFailure`] when it failed in an earlier call that
+    /// - [`IdempotencyError::OperationFailed`] when `op` ran in this call and failed;
+    ///   [`IdempotencyError::CachedFailure`] when it failed in an earlier call that
     ///   cached the failure ([`Idempotency::cache_failures`]).
-    /// - [`Error::ResultNotStored`] when `op` succeeded but its result reached
+    /// - [`IdempotencyError::ResultNotStored`] when `op` succeeded but its result reached
     ///   fewer than a majority of nodes; the error carries the result.
     /// - [`Error::Unreachable`] when failing nodes kept the claim from a
     ///   majority (`op` did not run), [`Error::ValidityUsedUp`] when the claim
@@ -274,7 +276,7 @@ impl Idempotency {
     /// use quorumlock::Redlock;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), quorumlock::Error> {
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// let redlock = Redlock::builder().node("redis://127.0.0.1:6379").build()?;
     /// let jobs = redlock.idempotency().result_ttl(Duration::from_secs(3600));
     /// let pdf = jobs
@@ -287,7 +289,12 @@ impl Idempotency {
     /// # Ok(())
     /// # }
     /// ```
-    pub async fn run<F, Fut, T, E>(&self, key: &str, ttl: Duration, op: F) -> Result<Vec<u8>>
+    pub async fn run<F, Fut, T, E>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        op: F,
+    ) -> Result<Vec<u8>, IdempotencyError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = std::result::Result<T, E>>,
@@ -301,7 +308,7 @@ impl Idempotency {
         let owner = match self.claim_or_wait(quorum, &keys, ttl).await? {
             Claim::Owned(owner) => owner,
             Claim::Done(output) => return Ok(output),
-            Claim::Failed(message) => return Err(Error::CachedFailure { message }),
+            Claim::Failed(message) => return Err(IdempotencyError::CachedFailure { message }),
         };
         match op().await {
             Ok(output) => self.store_result(quorum, &owner, output.into()).await,
@@ -319,7 +326,7 @@ impl Idempotency {
                         tracing::warn!(key, ?tally, "marker of a failed operation not deleted everywhere");
                     }
                 }
-                Err(Error::OperationFailed(error))
+                Err(IdempotencyError::OperationFailed(error))
             }
         }
     }
@@ -335,7 +342,12 @@ impl Idempotency {
     /// # Cancel safety
     ///
     /// As for [`Idempotency::run`].
-    pub async fn run_string<F, Fut, E>(&self, key: &str, ttl: Duration, op: F) -> Result<String>
+    pub async fn run_string<F, Fut, E>(
+        &self,
+        key: &str,
+        ttl: Duration,
+        op: F,
+    ) -> Result<String, IdempotencyError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = std::result::Result<String, E>>,
@@ -343,10 +355,10 @@ impl Idempotency {
     {
         let bytes = self.run(key, ttl, op).await?;
         String::from_utf8(bytes).map_err(|_| {
-            Error::config(
+            IdempotencyError::from(Error::config(
                 Setting::IdempotencyKey,
                 format!("the result stored under {key:?} is not UTF-8 text"),
-            )
+            ))
         })
     }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Idempotency;
+use super::IdempotencyError;
 use crate::backend::redlock::quorum::{Quorum, Tally, Until};
 use crate::backend::redlock::release::{Deadlines, release_all};
 use crate::backend::redlock::wire::idempotency::{
@@ -26,14 +27,15 @@ impl Idempotency {
         quorum: &Quorum,
         keys: &Arc<[String]>,
         ttl: Duration,
-    ) -> Result<Claim> {
+    ) -> Result<Claim, IdempotencyError> {
         let deadline = deadline_after(self.wait);
         let cap = self.redlock.options.retry_delay.max(Duration::from_millis(1));
         let mut delay = cap / 8;
         loop {
             let error = match self.claim(quorum, keys, ttl).await {
                 Err(
-                    e @ (Error::InProgress { .. } | Error::Unreachable { .. } | Error::ValidityUsedUp { .. }),
+                    e @ (IdempotencyError::InProgress { .. }
+                    | IdempotencyError::Lock(Error::Unreachable { .. } | Error::ValidityUsedUp { .. })),
                 ) => e,
                 other => return other,
             };
@@ -48,14 +50,19 @@ impl Idempotency {
     }
 
     /// One claim round on every node (see the module docs, step 1).
-    async fn claim(&self, quorum: &Quorum, keys: &Arc<[String]>, ttl: Duration) -> Result<Claim> {
+    async fn claim(
+        &self,
+        quorum: &Quorum,
+        keys: &Arc<[String]>,
+        ttl: Duration,
+    ) -> Result<Claim, IdempotencyError> {
         let marker = wire_idempotency::marker(&random::token());
         let start = Instant::now();
         let (tally, found) = self.claim_everywhere(quorum, keys, &marker, ttl).await;
         // Not ours after all? Then take back the markers we set. When every
         // node answered without setting one, there is nothing to take back.
         let set_any = tally.ok > 0 || !tally.errors.is_empty();
-        let outcome = match Found::read(found) {
+        let outcome: Result<Claim, IdempotencyError> = match Found::read(found) {
             Found {
                 done: Some(output), ..
             } => Ok(Claim::Done(output)),
@@ -63,14 +70,14 @@ impl Idempotency {
                 failed: Some(message),
                 ..
             } => Ok(Claim::Failed(message)),
-            Found { foreign: true, .. } => Err(Error::config(
+            Found { foreign: true, .. } => Err(IdempotencyError::Lock(Error::config(
                 Setting::IdempotencyKey,
                 format!(
                     "key {:?} holds a value that idempotency keys did not write (is it also a lock \
                  resource or other data? give idempotency keys their own prefix)",
                     keys[0]
                 ),
-            )),
+            ))),
             _ if tally.reached() => {
                 let lease = quorum.lease(start, ttl, &tally);
                 match lease.left(self.redlock.options.min_validity) {
@@ -88,14 +95,14 @@ impl Idempotency {
                             valid_until: lease.valid_until(),
                         }));
                     }
-                    Err(error) => Err(error),
+                    Err(error) => Err(error.into()),
                 }
             }
-            _ if tally.refused_by_majority() => Err(Error::InProgress {
+            _ if tally.refused_by_majority() => Err(IdempotencyError::InProgress {
                 pending: tally.refused,
                 nodes: tally.nodes,
             }),
-            _ => Err(tally.unreachable()),
+            _ => Err(tally.unreachable().into()),
         };
         if set_any {
             self.release(quorum, keys, &marker, ttl).await;
@@ -148,7 +155,7 @@ impl Idempotency {
         quorum: &Quorum,
         owner: &Owner,
         output: Vec<u8>,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Vec<u8>, IdempotencyError> {
         let key = &owner.keys[0];
         if Instant::now() >= owner.valid_until {
             tracing::warn!(
@@ -162,7 +169,7 @@ impl Idempotency {
             return Ok(output);
         }
         tracing::warn!(key, ?tally, "idempotency result not stored on a majority");
-        Err(Error::ResultNotStored {
+        Err(IdempotencyError::ResultNotStored {
             stored: tally.ok,
             refused: tally.refused,
             quorum: tally.quorum(),
@@ -175,7 +182,7 @@ impl Idempotency {
     /// Replaces our marker by `record` on every node that still holds it.
     ///
     /// Waits for every node up to the per-node timeout, like the claim: the
-    /// count in [`Error::ResultNotStored`] is then exact, and the result is
+    /// count in [`IdempotencyError::ResultNotStored`] is then exact, and the result is
     /// on every node that could take it before the caller moves on. Nodes
     /// that have not answered by then keep getting the record in the
     /// background for up to the marker's ttl (after which the owner check

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use quorumlock::{Error, LockOptions, Redlock, Setting, Verdict};
+use quorumlock::{Error, IdempotencyError, LockOptions, Redlock, Setting, Verdict};
 use quorumlock_testkit::eventually;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
 use tokio::time::Instant;
@@ -256,7 +256,7 @@ async fn bad_settings_are_config_errors_that_say_which() {
         .run("k", TTL, || async { Ok::<_, std::io::Error>("x") })
         .await
     {
-        Err(Error::Config(e)) => assert_eq!(e.setting(), Setting::Nodes),
+        Err(IdempotencyError::Lock(Error::Config(e))) => assert_eq!(e.setting(), Setting::Nodes),
         other => panic!("expected a config error, got {other:?}"),
     }
 }
