@@ -4,8 +4,15 @@
 # competing for loopback ports). Not part of CI.
 #
 #   bash scripts/stress-tests.sh [ROUNDS] [COPIES]    (default 5 rounds, 2 copies)
-#   STRESS_ONLY=zookeeper bash scripts/stress-tests.sh  (only binaries whose
-#                                                        package-target name matches)
+#   STRESS_ONLY=quorumlock-cli bash scripts/stress-tests.sh
+#       only the binaries whose package-target name matches the regex: each
+#       package's tests are one binary, `it` (quorumlock-it,
+#       quorumlock-cli-it, quorumlock-testkit-it), beside quorumlock's
+#       metrics, from_env and tokens
+#   STRESS_FILTER='zookeeper:: etcd::' bash scripts/stress-tests.sh
+#       only the tests whose name contains one of these words (the test
+#       binaries' own filter: a test's name is its module path, such as
+#       zookeeper::chaos::..., and binaries with none of them run nothing)
 #
 # Logs go to $STRESS_DIR (default: a new temp dir); failures are listed at the
 # end, and the exit code is 1 if any run failed.
@@ -19,9 +26,10 @@ source scripts/ensure-redis.sh
 source scripts/ensure-etcd.sh
 source scripts/ensure-zookeeper.sh
 # Every integration test binary: package-target and path, from cargo's
-# build messages (two packages may have a test target of the same name).
+# build messages (every package names its test target `it`). Every feature,
+# as scripts/test.sh builds them.
 mapfile -t binaries < <(
-  cargo test --no-run --features quorumlock/etcd,quorumlock/zookeeper,quorumlock-cli/etcd,quorumlock-cli/zookeeper --message-format=json 2>/dev/null | python3 -c '
+  cargo test --no-run --all-features --message-format=json 2>/dev/null | python3 -c '
 import json, os, sys
 for line in sys.stdin:
     try:
@@ -33,6 +41,8 @@ for line in sys.stdin:
         print(package + "-" + m["target"]["name"], m["executable"])
 '
 )
+# STRESS_FILTER's words, one argument each.
+read -r -a filter <<<"${STRESS_FILTER:-}"
 failed=0
 for round in $(seq 1 "$rounds"); do
   for entry in "${binaries[@]}"; do
@@ -43,7 +53,7 @@ for round in $(seq 1 "$rounds"); do
     fi
     pids=()
     for copy in $(seq 1 "$copies"); do
-      "$binary" >"$dir/$name.$round.$copy.log" 2>&1 &
+      "$binary" "${filter[@]}" >"$dir/$name.$round.$copy.log" 2>&1 &
       pids+=($!)
     done
     for i in "${!pids[@]}"; do

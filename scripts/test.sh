@@ -19,40 +19,43 @@ else
   echo "clippy not installed: skipping lints" >&2
 fi
 
-# Library (with its etcd and ZooKeeper backends), CLI (with its demo, etcd and
-# ZooKeeper nodes), test kit, integration tests and the README/rustdoc examples; every
-# test binary runs, so that one failure does not hide another.
-cargo test --no-fail-fast --features quorumlock-cli/demo,quorumlock-cli/etcd,quorumlock-cli/zookeeper,quorumlock/etcd,quorumlock/zookeeper
+# Library, CLI, test kit, integration tests and the README/rustdoc examples,
+# with every feature of the three packages: the library's etcd, ZooKeeper and
+# blocking clients and rediss:// (and etcds://) over TLS, the CLI's demo, etcd,
+# ZooKeeper and tls. One feature set for every test, so that one build serves
+# them all; it is the clippy run's above, whose build scripts and proc macros
+# it reuses. Every test binary runs, so that one failure does not hide another.
+cargo test --no-fail-fast --all-features
 # The protocol model: the safe configurations explored exhaustively and the
 # negative controls' counterexamples (release build: about a minute on 2 cores).
 cargo test --release -p quorumlock-model
 # The API docs build without a broken link.
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
-# The optional features must keep compiling; the blocking client has its own tests.
+# The optional features must keep compiling each without the others.
 cargo check -p quorumlock --features tls,blocking
 cargo check -p quorumlock --features etcd,tls
 cargo check -p quorumlock --features zookeeper
 cargo check -p quorumlock-cli
 cargo check -p quorumlock-cli --features tls,demo
 cargo check -p quorumlock-cli --features zookeeper
-cargo test -p quorumlock --features blocking --test blocking
-cargo test -p quorumlock --features blocking,etcd --test etcd blocking
-cargo test -p quorumlock --features blocking,zookeeper --test zookeeper blocking
-# rediss:// nodes: the library and the binary against a TLS redis-server, with a
-# private CA made by the test.
-cargo test -p quorumlock-cli --features tls,etcd --test tls
+# Without `tls`, rediss:// is a configuration error of the library and a usage
+# error of the binary: the two tests of that (#[cfg(not(feature = "tls"))])
+# need a build without it. Default features, and the workspace's packages
+# (no -p) for the examples and benchmarks below, which share this build.
+cargo test --test it -- --exact config::tls_urls_need_the_tls_feature \
+  exit_statuses::tls_options_without_the_tls_feature_are_a_usage_error
 # Examples in their short mode, against local nodes they start; each asserts its outcome.
 for example in cron_guard api_key_pool inventory document_worker; do
-  cargo run --quiet -p quorumlock --example "$example" -- --short
+  cargo run --quiet --example "$example" -- --short
 done
-cargo run --quiet -p quorumlock --example inventory -- --short --restart
+cargo run --quiet --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
-cargo test -p quorumlock --bench latency -- --smoke
-cargo test -p quorumlock --bench watchdog -- --smoke
-cargo test -p quorumlock --bench throughput -- --smoke
-cargo test -p quorumlock --bench cycle_profile -- --smoke
-cargo test -p quorumlock --bench cycle_profile -- --smoke raw
-cargo test -p quorumlock --bench criterion_lock
+cargo test --bench latency -- --smoke
+cargo test --bench watchdog -- --smoke
+cargo test --bench throughput -- --smoke
+cargo test --bench cycle_profile -- --smoke
+cargo test --bench cycle_profile -- --smoke raw
+cargo test --bench criterion_lock
 # The comparison with the peer crates (a package of its own, so that the
 # commands above never compile them), every scenario with tiny counts; it
 # writes to a temp dir, not to docs/.

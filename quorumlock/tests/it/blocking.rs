@@ -2,8 +2,6 @@
 //! exclusion, waiting, renewal while the caller's thread is busy, loss
 //! reporting, background release on drop, and refusal inside a runtime.
 
-#![cfg(feature = "blocking")]
-
 use std::time::{Duration, Instant};
 
 use quorumlock::blocking::{Guard, Redlock};

@@ -101,7 +101,7 @@ fn check_names_exactly_the_command_a_user_lacks() {
     // Every command the library's list names is denied once here, at the
     // level its need calls for: a command added to the list needs a case.
     // CLUSTER SLOTS is tried on a cluster member's primaries only (see
-    // tests/redis_cluster.rs): this server has cluster support disabled.
+    // tests/it/redis_cluster.rs): this server has cluster support disabled.
     for command in COMMANDS.iter().filter(|c| c.need != Need::Cluster) {
         let case = cases.iter().find(|(_, name, _)| *name == command.name);
         let needed = case

@@ -1,6 +1,6 @@
 //! Edges of the nodes through the command line: busy is told apart from an
 //! outage when a node is down. (The library's side of it is in quorumlock's
-//! tests/busy_or_unreachable.rs, the other edges of its input and nodes in
+//! tests/it/busy_or_unreachable.rs, the other edges of its input and nodes in
 //! the files beside it.)
 
 use quorumlock_testkit::cli::{Binary, exit};

@@ -3,8 +3,6 @@
 //! --key` on a held lock, and `check` on a healthy and a degraded ensemble.
 //! Against real ZooKeeper servers.
 
-#![cfg(feature = "zookeeper")]
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -4,8 +4,6 @@
 //! a command under a lock and checks the node with `--tls-ca`; without the
 //! CA the server is not trusted.
 
-#![cfg(feature = "tls")]
-
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

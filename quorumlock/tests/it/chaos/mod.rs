@@ -4,10 +4,11 @@
 //! inside at once (see `quorumlock_testkit::checker`).
 //!
 //! Each test asserts the property its name states and prints a report row
-//! (`cargo test --test chaos -- --nocapture` shows them; docs/reliability.md
-//! collects them). The `*_detects_overlap` tests run conditions the library
-//! cannot make safe and assert that the checker sees the overlap, so that a
-//! zero elsewhere means something.
+//! (`cargo test -p quorumlock --test it chaos:: -- --skip redis_cluster::
+//! --nocapture` shows them; docs/reliability.md collects them). The
+//! `*_detects_overlap` tests run conditions the library cannot make safe
+//! and assert that the checker sees the overlap, so that a zero elsewhere
+//! means something.
 //!
 //! One concern per module: `minority_faults`, `majority_outages`,
 //! `clock_skew`, `known_unsafe` (the controls, and the checker's own

@@ -3,8 +3,6 @@
 //! `status`, `unlock` and `check --key`, and `check` on a healthy, a
 //! degraded and a broken cluster. Against real etcd members.
 
-#![cfg(feature = "etcd")]
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -2,8 +2,6 @@
 //! kills and restarts one, on given nodes it starts and kills nothing, and
 //! either way prints its table with no overlap and ends with its chart.
 
-#![cfg(feature = "demo")]
-
 use std::path::Path;
 
 use quorumlock_testkit::cli::{Binary, scratch, text};
