@@ -60,7 +60,7 @@ impl State {
         }
     }
 
-    /// `attempt` (`lock/attempt.rs`): a new token, the start time taken
+    /// `attempt` (`backend/redlock/attempt.rs`): a new token, the start time taken
     /// before the first request, the acquire sent to every node at once.
     pub fn start_attempt(&mut self, config: &Config, client: usize) {
         let c = &mut self.clients[client];
@@ -105,7 +105,7 @@ impl State {
         self.ghost.ended |= bit(token);
     }
 
-    /// An attempt dropped by its caller: `Undo` in `lock/attempt.rs`
+    /// An attempt dropped by its caller: `Undo` in `backend/redlock/attempt.rs`
     /// releases on every node.
     pub fn cancel(&mut self, config: &Config, client: usize) {
         if let Phase::Acquiring { token, .. } | Phase::Fencing { token, .. } = self.clients[client].phase {

@@ -7,7 +7,7 @@
 //! library, where the per-node timeout is small next to the ttl.
 
 /// The lock's ttl in ticks: `ttl` of `Redlock::lock` and the `PX` of the
-/// acquire script (`ACQUIRE` in `quorumlock/src/wire/lock.rs`).
+/// acquire script (`ACQUIRE` in `quorumlock/src/backend/redlock/wire/lock.rs`).
 ///
 /// Four ticks, so that an acquisition, a renewal inside the validity
 /// (`RENEW_DIVISOR` in `quorumlock/src/config.rs` puts it at a third of the
@@ -38,7 +38,7 @@ pub const TIMEOUT: u8 = 1;
 
 /// Node clock ticks per model tick, as the fence floor sees them: the fenced
 /// acquire script floors the fence at the node's `TIME` in microseconds
-/// (`FENCED_ACQUIRE` in `quorumlock/src/wire/fence.rs`). Larger than the
+/// (`FENCED_ACQUIRE` in `quorumlock/src/backend/redlock/wire/fence.rs`). Larger than the
 /// proposals that fit in one tick, as a microsecond clock outruns the
 /// proposals that fit in a microsecond.
 pub const FENCE_SCALE: u8 = 8;
@@ -75,7 +75,7 @@ pub enum RogueClock {
     Unmeasured,
     /// The same node, and the clients know its rate (they have read its
     /// clock before they contend): a lock lasts until the granting nodes
-    /// can have forgotten it (`Quorum::life` in `quorumlock/src/quorum/mod.rs`).
+    /// can have forgotten it (`Quorum::life` in `quorumlock/src/backend/redlock/quorum/mod.rs`).
     Measured,
 }
 
@@ -84,7 +84,7 @@ pub enum RogueClock {
 pub enum Fencing {
     /// Plain lock: no token.
     Off,
-    /// The library's protocol (`quorumlock/src/lock/fence.rs`): phase 1
+    /// The library's protocol (`quorumlock/src/backend/redlock/fence.rs`): phase 1
     /// reads each node's fence floor, phase 2 proposes `max + 1` to all
     /// nodes and needs a majority of acceptances.
     Majority,
@@ -148,7 +148,7 @@ pub struct Config {
     pub release_checks_token: bool,
     /// A failed attempt is released on every node that did not refuse it,
     /// also those that have not answered (`attempt` in
-    /// `quorumlock/src/lock/attempt.rs`); `false` releases only where the
+    /// `quorumlock/src/backend/redlock/attempt.rs`); `false` releases only where the
     /// attempt saw a grant (a negative control).
     pub undo_unanswered: bool,
     /// Nodes that must confirm a renewal; `None` is a majority

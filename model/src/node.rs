@@ -39,7 +39,7 @@ impl Node {
     pub fn run(&mut self, config: &Config, now: u8, request: Request) -> Option<Reply> {
         match request {
             // `SET key token NX PX ttl` / `FENCED_ACQUIRE`
-            // (quorumlock/src/wire/lock.rs, quorumlock/src/wire/fence.rs).
+            // (quorumlock/src/backend/redlock/wire/lock.rs, quorumlock/src/backend/redlock/wire/fence.rs).
             Request::Acquire { token } => {
                 let granted = self.key.is_none();
                 let fence = match config.fencing {
@@ -65,7 +65,7 @@ impl Node {
                     fence,
                 })
             }
-            // `RELEASE` (quorumlock/src/wire/lock.rs): `DEL` only if `GET == token`.
+            // `RELEASE` (quorumlock/src/backend/redlock/wire/lock.rs): `DEL` only if `GET == token`.
             Request::Release { token } => {
                 if self
                     .key
@@ -75,7 +75,7 @@ impl Node {
                 }
                 None
             }
-            // `RENEW` (quorumlock/src/wire/lock.rs): `PEXPIRE` when ours, `SET`
+            // `RENEW` (quorumlock/src/backend/redlock/wire/lock.rs): `PEXPIRE` when ours, `SET`
             // again when missing and healing, nothing when another owner's.
             Request::Renew { token, round } => {
                 let status = match self.key {
@@ -98,7 +98,7 @@ impl Node {
                 };
                 Some(Reply::Renew { token, round, status })
             }
-            // `PROPOSE` (quorumlock/src/wire/fence.rs): accept only above the
+            // `PROPOSE` (quorumlock/src/backend/redlock/wire/fence.rs): accept only above the
             // stored fence.
             Request::Propose { token, value } => {
                 let accepted = self.fence < value;

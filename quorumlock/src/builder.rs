@@ -416,30 +416,13 @@ impl RedlockBuilder {
             drift_fixed: self.drift_fixed,
         };
         let cluster = backend::cluster(&urls, self.nodes.len(), timing, tasks)?;
-        if cluster.is_none() {
-            return Ok(None);
-        }
-        // Settings of the Redis nodes only: refused rather than ignored, so
-        // that nobody counts on what the store does not do.
-        let redis_only = [
-            (
+        if cluster.is_some() {
+            let set = [
                 self.replica_ack.is_some(),
-                Setting::ReplicaAck,
-                "replica acknowledgement is for Redis nodes; etcd and ZooKeeper acknowledge a write once a majority of their members has it",
-            ),
-            (
                 self.heal.is_some(),
-                Setting::Heal,
-                "healing re-creates the keys a Redis node lost; etcd and ZooKeeper keep a lock in their own replicated log",
-            ),
-            (
                 self.batching.is_some(),
-                Setting::Batching,
-                "batching pipelines the requests to each Redis node; etcd and ZooKeeper clients send their own",
-            ),
-        ];
-        if let Some((_, setting, why)) = redis_only.into_iter().find(|(set, ..)| *set) {
-            return Err(Error::config(setting, why));
+            ];
+            backend::refuse_redis_settings(set)?;
         }
         Ok(cluster)
     }
@@ -500,22 +483,5 @@ mod tests {
             assert!(got.fenced);
             assert_eq!(got.min_hold, Some(hold));
         }
-    }
-
-    #[test]
-    #[cfg(feature = "etcd")]
-    fn settings_of_redis_nodes_are_refused_on_a_cluster() {
-        let cluster = || Redlock::builder().node("etcd://127.0.0.1:1");
-        let refused = |builder: RedlockBuilder| match builder.build() {
-            Err(Error::Config(e)) => e.setting(),
-            other => panic!("expected a config error, got {other:?}"),
-        };
-        assert_eq!(refused(cluster().heal(true)), Setting::Heal);
-        assert_eq!(refused(cluster().batching(false)), Setting::Batching);
-        assert_eq!(
-            refused(cluster().replica_ack(ReplicaAck::new(1))),
-            Setting::ReplicaAck
-        );
-        assert!(cluster().node_timeout(Duration::from_secs(1)).build().is_ok());
     }
 }

@@ -95,10 +95,14 @@ impl Redlock {
 
     /// One attempt to take the lock on `resources`.
     ///
-    /// Sends `SET NX PX` (or the all-or-nothing script for several resources)
-    /// to every node at once and returns as soon as the outcome is certain.
-    /// The lock is held for `ttl` minus the time the attempt took minus the
-    /// clock drift allowance; see [`Guard::valid_until`].
+    /// On Redis nodes: sends `SET NX PX` (or the all-or-nothing script for
+    /// several resources) to every node at once and returns as soon as the
+    /// outcome is certain. On etcd: creates a key per resource under a
+    /// fresh lease, as `concurrency.Mutex` does, and finds it first in line.
+    /// On ZooKeeper: creates an ephemeral sequential node per resource, as
+    /// the lock recipe does, and finds it first in line. The lock is held
+    /// for `ttl` minus the time the attempt took minus the clock drift
+    /// allowance; see [`Guard::valid_until`].
     ///
     /// Returns `Ok(None)` when the resource is busy: another owner's keys
     /// (with any failed nodes) rule out a majority, while the failed nodes
@@ -269,7 +273,7 @@ where
     let outcome = {
         let work = work(&guard);
         tokio::select! {
-            // BackgroundWork that completed wins over a loss seen in the same poll:
+            // Work that completed wins over a loss seen in the same poll:
             // its effects have happened.
             biased;
             value = work => Some(value),

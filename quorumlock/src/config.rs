@@ -175,7 +175,7 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// Renewing at a third of the ttl leaves two more thirds of validity for
 /// retries when a round fails, before the lock would run out (the rule
-/// Redisson's watchdog and the original brief use).
+/// Redisson's watchdog uses).
 pub(crate) const RENEW_DIVISOR: u32 = 3;
 
 /// How much longer than its waiter a queue entry lives: covers the clock

@@ -3,12 +3,12 @@
 #![forbid(unsafe_code)]
 #![warn(rust_2018_idioms, unreachable_pub)]
 
-// The layers, each using only those above it in this list:
-// leaves (config, duration, error, options, random, redact, tasks), then wire <- node <-
-// quorum <- lock <- client (builder, client, env, shutdown) <- extras
-// (idempotency, blocking, inspect). The etcd and ZooKeeper backends sit
-// beside the Redis layers (they use lock::state and quorum::Lease), below
-// `backend`, the seam the client and guards use. docs/design.md has the map.
+// The layers, each using only those above it in this list: the leaves
+// (config, duration, error, metrics, options, random, redact, tasks); the
+// lock core (lock), which names no store; the stores, peers under
+// `backend` (redlock, etcd, zookeeper), and the seam over them (backend);
+// the client (builder, client, env, shutdown); the extras (idempotency,
+// semaphore, inspect, blocking). docs/design.md has the map.
 mod config;
 mod duration;
 mod error;

@@ -2,7 +2,7 @@
 //! URL's user, the way the library sends it.
 //!
 //! The commands, what each is needed for and how to try each come from the
-//! library's wire layer ([`cli_probe`]): the commands the lock scripts run
+//! library's probe module ([`cli_probe`]): the commands the lock scripts run
 //! are tried inside one probe script, each under `pcall`, so that one
 //! denial does not hide the next; the others are sent alone. Everything
 //! touches throwaway keys of the reserved namespace, which the probe

@@ -4,5 +4,4 @@
 
 mod etcd_cluster;
 mod redis_cluster;
-mod sentinel;
 mod zookeeper_ensemble;

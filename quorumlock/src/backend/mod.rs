@@ -1,20 +1,22 @@
-//! The seam between the client (and its guards) and the stores a lock can
-//! live in: the brief's answers to a lost master behind one API.
+//! The seam between the client and the stores a lock can live in: N
+//! independent Redis masters (Redlock), an etcd cluster, a ZooKeeper
+//! ensemble, behind one API. Every switch over the stores is here.
 //!
 //! ```text
-//! Redlock (client, builder, shutdown, inspect)      Guard
-//!        │  try_lock / lock                           │ extend / release / drop
-//!        ▼                                            ▼
-//!     Backend ── Redis: lock::{attempt, waiter} ─ quorum ─ node ─ wire  (N nodes, Redlock)
-//!             ├─ Etcd:  etcd::{mutex, keepalive, hold}                (one Raft cluster)
-//!             └─ ZooKeeper: zookeeper::{mutex, heartbeat, hold}       (one ZAB ensemble)
+//! Redlock (client, shutdown, inspect)           Guard (lock core)
+//!        │  try_lock / lock / unlock / shutdown    │ extend / release / drop
+//!        ▼                                         ▼
+//!     Backend ── Redlock:   redlock::{attempt, waiter, hold, renew} ─ quorum ─ node ─ wire
+//!             ├─ Etcd:      etcd::{mutex, keepalive}    ─┐ cluster::{ClusterHold, shutdown}
+//!             └─ ZooKeeper: zookeeper::{mutex, heartbeat} ┘
 //!
-//! shared by all: lock::state::Held (validity, loss signal, renewal
-//! schedule), quorum::Lease (the validity rule), tasks, options, error
+//! the core every store is written against: lock::{hold::Hold,
+//! renewal::Round, state::Held, lease::Lease, holders::Holders}
 //! ```
 //!
-//! An enum rather than a trait object: the Redis path, the hot one, pays a
-//! match and nothing else, and each backend keeps its own shape of state.
+//! An enum here, a trait at the guard: a lock call matches once and each
+//! store keeps state of its own shape; a guard calls its store's `Hold`
+//! without knowing which store it is.
 
 #[cfg(any(feature = "etcd", feature = "zookeeper"))]
 mod cluster;
@@ -246,6 +248,27 @@ fn finish(call: Call, started: Instant, span: &Span, result: Result<Guard>) -> R
     let validity = guard.valid_until().saturating_duration_since(Instant::now());
     span.record("validity_ms", validity.as_millis() as u64);
     Ok(guard)
+}
+
+/// Refuses the settings of Redis nodes only, for a cluster's client: `set`
+/// says whether `replica_ack`, `heal` and `batching` were set. Refused
+/// rather than ignored, so that nobody counts on what the store does not do.
+pub(crate) fn refuse_redis_settings(set: [bool; 3]) -> Result<()> {
+    let settings = [
+        (Setting::ReplicaAck, "replica acknowledgement"),
+        (Setting::Heal, "healing of keys a node lost"),
+        (Setting::Batching, "batching of requests to a node"),
+    ];
+    match set.into_iter().zip(settings).find(|(set, _)| *set) {
+        Some((_, (setting, what))) => Err(Error::config(
+            setting,
+            format!(
+                "{what} is for Redis nodes; etcd and ZooKeeper keep a lock in their own replicated \
+                 log, acknowledged once a majority of their members has it"
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The store other than Redis that the node URLs name: a cluster's one URL

@@ -1,7 +1,7 @@
 //! [`Semaphore::acquire`](super::Semaphore::acquire): sweeps until one takes a permit or the wait runs
 //! out, woken by releases where the store can tell one waiter.
 //!
-//! On Redis the waiter reuses the locks' hand-off ([`lock::waiter::queue`]).
+//! On Redis the waiter reuses the locks' hand-off ([`redlock::waiter::queue`]).
 //! The permits of a semaphore share one queue of waiters (see
 //! [`keys::permit`]): after the first busy sweep the waiter subscribes to
 //! its client's wake-up channel and registers there once. The release of
@@ -18,7 +18,7 @@
 //! at once would mean K entries to create and clean up per waiter: it
 //! sweeps with `try_lock` semantics and polls at the retry delay instead.
 //!
-//! [`lock::waiter::queue`]: crate::backend::redlock::waiter::queue
+//! [`redlock::waiter::queue`]: crate::backend::redlock::waiter::queue
 //! [`keys::permit`]: crate::backend::redlock::wire::keys::permit
 
 use std::sync::Arc;

@@ -19,7 +19,7 @@ pub(crate) enum Kind {
     /// several resources.
     Plain,
     /// Also agrees on a fencing token: the acquire reads each node's fence,
-    /// and a second round proposes the token (see `lock::fence`).
+    /// and a second round proposes the token (see `redlock::fence`).
     Fenced,
     /// A waiter's attempt on one resource: where the resource is held, the
     /// acquire request itself queues the waiter, and the attempt reports to

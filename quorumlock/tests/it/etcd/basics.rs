@@ -288,3 +288,19 @@ async fn bad_settings_are_config_errors_that_say_which() {
         other => panic!("expected a config error, got {other:?}"),
     }
 }
+
+#[test]
+fn settings_of_redis_nodes_are_refused_on_a_cluster() {
+    let cluster = || Redlock::builder().node("etcd://127.0.0.1:1");
+    let refused = |builder: quorumlock::RedlockBuilder| match builder.build() {
+        Err(Error::Config(e)) => e.setting(),
+        other => panic!("expected a config error, got {other:?}"),
+    };
+    assert_eq!(refused(cluster().heal(true)), Setting::Heal);
+    assert_eq!(refused(cluster().batching(false)), Setting::Batching);
+    assert_eq!(
+        refused(cluster().replica_ack(quorumlock::ReplicaAck::new(1))),
+        Setting::ReplicaAck
+    );
+    assert!(cluster().node_timeout(Duration::from_secs(1)).build().is_ok());
+}
