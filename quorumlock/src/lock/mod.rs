@@ -1,29 +1,21 @@
-//! The lock layer: what a lock is and how it is taken, kept and given back.
+//! The lock core: what a lock is on every store, and the seams a store is
+//! written against. It names no store.
 //!
-//! - [`resources`]: the names a lock takes;
-//! - [`state`]: one held lock's validity, loss signal and renewal schedule;
-//! - [`attempt`]: one acquisition (acquire on every node, then finish or
-//!   undo), and [`waiter`]: the attempts of a caller that waits, with the
-//!   hand-off queues;
-//! - [`guard`]: the holder's handle, with how it was taken
-//!   ([`acquisition`]); [`watchdog`]: the renewal of every held
-//!   lock; [`release`]: giving a lock back; [`fence`]: fencing tokens;
-//! - [`kind`]: what an attempt does besides taking the keys (fenced,
-//!   queued), chosen once;
-//! - [`registry`]: locks by id; [`shared`]: what all locks of one client
-//!   share;
-//! - `in_line`: the attempts of a caller on a store that keeps its own line
-//!   of waiters (etcd, ZooKeeper).
-//!
-//! It speaks to the nodes only through the quorum layer, with requests of
-//! the wire layer.
+//! - [`resources`]: the names a lock takes, and the reserved namespace;
+//! - [`state`]: one held lock's validity, loss signal and renewal schedule
+//!   ([`Held`](state::Held));
+//! - [`lease`]: the one validity rule and the one ttl rule;
+//! - [`guard`]: the holder's handle, over its store's [`hold::Hold`], with
+//!   how it was taken ([`acquisition`]);
+//! - [`renewal`]: the one renewal loop, with a [`renewal::Round`] per store;
+//! - [`holders`]: the locks a shutdown gives back; [`registry`]: locks by id;
+//! - [`report`] and [`inspection`]: what a release, an inspection and an
+//!   unlock found.
 
 pub(crate) mod acquisition;
 pub(crate) mod guard;
 pub(crate) mod hold;
 pub(crate) mod holders;
-#[cfg(any(feature = "etcd", feature = "zookeeper"))]
-pub(crate) mod in_line;
 pub(crate) mod inspection;
 pub(crate) mod lease;
 pub(crate) mod registry;

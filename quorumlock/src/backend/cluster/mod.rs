@@ -5,6 +5,7 @@
 //! with the errors in a member-of-one's terms.
 
 mod hold;
+pub(crate) mod in_line;
 pub(crate) mod inspect;
 
 use std::fmt;
@@ -18,6 +19,7 @@ use tokio::time::Instant;
 pub(crate) use self::hold::ClusterHold;
 use crate::backend::Released;
 use crate::error::{Error, Result};
+use crate::lock::guard::Guard;
 use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
 use crate::lock::report::ReleaseReport;
@@ -64,6 +66,14 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
 
     /// [`Store::give_back`] as tracked background work.
     fn give_back_in_background(self: &Arc<Self>, held: &Arc<Held>, kept: &Arc<Self::Kept>);
+
+    /// The guard of a lock `attempt` took: registered with the store's
+    /// holders, and with its renewal when `renew`.
+    fn guard(self: &Arc<Self>, held: Held, kept: Self::Kept, renew: bool, min_validity: Duration) -> Guard;
+
+    /// The error of a waiter whose place in line vanished and that may not
+    /// try again: why it gave up, in the store's words.
+    fn lost_in_line(&self) -> Error;
 
     /// What a shutdown ends last, once the locks are given back and the
     /// background work is done (a ZooKeeper session).

@@ -11,33 +11,33 @@ use super::Cluster;
 use super::keepalive::{Entry, EtcdRound};
 use super::lease::{Keys, give_back, give_back_in_background, relocate};
 use crate::backend::cluster::{self, ClusterHold};
-use crate::error::Result;
+use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
 use crate::lock::guard::Guard;
 use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
 use crate::lock::state::Held;
 use crate::tasks::Tasks;
 
-/// The guard of a fresh lock, registered with the cluster (and its
-/// renewal when `renew`).
-pub(crate) fn guard(
-    store: &Arc<Cluster>,
-    (held, keys): (Held, Keys),
-    renew: bool,
-    min_validity: Duration,
-) -> Guard {
-    let (held, keys) = (Arc::new(held), Arc::new(keys));
-    let renewal = renew.then(|| {
-        let entry = Entry::new(&keys);
-        store
-            .renewal
-            .register(&held, entry, || EtcdRound(Arc::clone(store)))
-    });
-    ClusterHold::guard(store, held, keys, renewal, min_validity)
-}
-
 impl cluster::Store for Cluster {
     type Kept = Keys;
+
+    /// Registered with the renewal when `renew`.
+    fn guard(self: &Arc<Self>, held: Held, keys: Keys, renew: bool, min_validity: Duration) -> Guard {
+        let (held, keys) = (Arc::new(held), Arc::new(keys));
+        let renewal = renew.then(|| {
+            let entry = Entry::new(&keys);
+            self.renewal
+                .register(&held, entry, || EtcdRound(Arc::clone(self)))
+        });
+        ClusterHold::guard(self, held, keys, renewal, min_validity)
+    }
+
+    /// Our key vanished while we waited: the lease lapsed.
+    fn lost_in_line(&self) -> Error {
+        self.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
+            "the waiter's lease expired while it waited",
+        )))
+    }
 
     fn request_timeout(&self) -> Duration {
         self.request_timeout

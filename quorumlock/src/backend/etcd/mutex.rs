@@ -12,15 +12,14 @@ use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::Cluster;
-use super::hold::guard;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::backend::cluster;
+use crate::backend::cluster::in_line;
 use crate::config::RENEW_DIVISOR;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
 use crate::lock::guard::Guard;
-use crate::lock::in_line;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
@@ -46,21 +45,10 @@ pub(crate) fn lock<'a>(
         let ttl = store.lease_ttl(ttl, options.min_validity)?;
         // At most MAX_TTL in seconds, far below i64::MAX.
         let ttl = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        let (taken, attempts) = in_line::take(
-            options,
-            waiting,
-            || store.is_closed(),
-            |deadline| attempt(store, options, resources, ttl, deadline),
-            // Our key vanished while we waited: the lease lapsed.
-            || {
-                store.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
-                    "the waiter's lease expired while it waited",
-                )))
-            },
-        )
-        .await?;
-        let guard = guard(store, taken, options.auto_renew, options.min_validity);
-        Ok(guard.with_attempts(attempts))
+        in_line::take(store, options, waiting, |deadline| {
+            attempt(store, options, resources, ttl, deadline)
+        })
+        .await
     }
     .boxed()
 }

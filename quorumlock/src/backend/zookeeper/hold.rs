@@ -11,7 +11,7 @@ use super::Ensemble;
 use super::heartbeat::ZooKeeperRound;
 use super::nodes::{Nodes, give_back, give_back_in_background};
 use crate::backend::cluster::{self, ClusterHold};
-use crate::error::Result;
+use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
 use crate::lock::guard::Guard;
 use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
@@ -19,29 +19,30 @@ use crate::lock::state::Held;
 use crate::metrics::Loss;
 use crate::tasks::{BackgroundWork, Tasks};
 
-/// The guard of a fresh lock, registered with the ensemble, and with its
-/// renewal when `renew`. A lock that is not renewed ends at its validity:
-/// its nodes would otherwise live as long as the session, which the other
-/// locks of the client keep alive.
-pub(crate) fn guard(
-    store: &Arc<Ensemble>,
-    (held, nodes): (Held, Nodes),
-    renew: bool,
-    min_validity: Duration,
-) -> Guard {
-    let (held, nodes) = (Arc::new(held), Arc::new(nodes));
-    let renewal = if renew {
-        let round = || ZooKeeperRound(Arc::clone(store));
-        Some(store.renewal.register(&held, Arc::clone(&nodes), round))
-    } else {
-        end_at_validity(store, &held, &nodes);
-        None
-    };
-    ClusterHold::guard(store, held, nodes, renewal, min_validity)
-}
-
 impl cluster::Store for Ensemble {
     type Kept = Nodes;
+
+    /// A lock that is not renewed ends at its validity: its nodes would
+    /// otherwise live as long as the session, which the other locks of the
+    /// client keep alive.
+    fn guard(self: &Arc<Self>, held: Held, nodes: Nodes, renew: bool, min_validity: Duration) -> Guard {
+        let (held, nodes) = (Arc::new(held), Arc::new(nodes));
+        let renewal = if renew {
+            let round = || ZooKeeperRound(Arc::clone(self));
+            Some(self.renewal.register(&held, Arc::clone(&nodes), round))
+        } else {
+            end_at_validity(self, &held, &nodes);
+            None
+        };
+        ClusterHold::guard(self, held, nodes, renewal, min_validity)
+    }
+
+    /// Our node vanished while we waited: the session expired.
+    fn lost_in_line(&self) -> Error {
+        self.unreachable(NodeErrorKind::ZooKeeper(StoreFailure::new(
+            "the waiter's session expired while it waited",
+        )))
+    }
 
     fn request_timeout(&self) -> Duration {
         self.request_timeout

@@ -9,15 +9,14 @@ use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
-use super::hold::guard;
 use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Ensemble, ZkResult};
 use crate::backend::cluster;
+use crate::backend::cluster::in_line;
 use crate::config::zookeeper::ZK_WAITER_RECHECK;
-use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
+use crate::error::{Error, Result, Setting};
 use crate::lock::guard::Guard;
-use crate::lock::in_line;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
@@ -39,21 +38,10 @@ pub(crate) fn lock<'a>(
 ) -> BoxFuture<'a, Result<Guard>> {
     async move {
         check(store, options, ttl)?;
-        let (taken, attempts) = in_line::take(
-            options,
-            waiting,
-            || store.is_closed(),
-            |deadline| attempt(store, options, resources, ttl, deadline),
-            // Our node vanished while we waited: the session expired.
-            || {
-                store.unreachable(NodeErrorKind::ZooKeeper(StoreFailure::new(
-                    "the waiter's session expired while it waited",
-                )))
-            },
-        )
-        .await?;
-        let guard = guard(store, taken, options.auto_renew, options.min_validity);
-        Ok(guard.with_attempts(attempts))
+        in_line::take(store, options, waiting, |deadline| {
+            attempt(store, options, resources, ttl, deadline)
+        })
+        .await
     }
     .boxed()
 }
