@@ -202,7 +202,7 @@ fn local_or_given(args: &Args, nodes: &Resolved) -> Result<(Vec<RedisServer>, Ve
         args.workers,
         args.resources,
         args.seconds,
-        urls.len() / 2 + 1,
+        quorumlock::probe::majority(urls.len()),
         urls.len()
     );
     Ok((local, urls))

@@ -39,7 +39,12 @@ pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
             Vec::new()
         }
     };
-    let mut summary = summarize_with(&reports, findings, (size / 2 + 1, args.strict), &ETCD);
+    let mut summary = summarize_with(
+        &reports,
+        findings,
+        (quorumlock::probe::majority(size), args.strict),
+        &ETCD,
+    );
     summary.unlisted = size.saturating_sub(reports.len());
     if args.json {
         let mut json = output::json(&reports, &summary);
@@ -60,7 +65,7 @@ pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
 fn cluster_findings(probe: &EtcdProbe, reports: &[Report]) -> Vec<Finding> {
     let listed = reports.len();
     let size = probe.cluster_size.unwrap_or(listed);
-    let majority = size / 2 + 1;
+    let majority = quorumlock::probe::majority(size);
     let mut findings = Vec::new();
     if let Err(message) = &probe.lock_operations {
         findings.push(error(

@@ -193,7 +193,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
         #[cfg(feature = "zookeeper")]
         return zookeeper::run(url, &nodes, &args).await;
     }
-    let drift = args.ttl.mul_f64(quorumlock::DEFAULT_DRIFT_FACTOR) + quorumlock::DEFAULT_DRIFT_FIXED;
+    let drift = quorumlock::probe::default_drift(args.ttl);
     let probes = nodes.urls.iter().map(|url| async {
         if member::is_member(url) {
             member::probe(url, &nodes, &args, drift).await
@@ -232,7 +232,7 @@ pub(crate) async fn run(args: Args) -> ExitCode {
 
 fn summarize(reports: &[Report], strict: bool) -> Summary {
     let n = reports.len();
-    let majority = n / 2 + 1;
+    let majority = quorumlock::probe::majority(n);
     let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
     let mut findings = Vec::new();
     if n.is_multiple_of(2) {

@@ -90,7 +90,7 @@ pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
     // goes with it rather than at the session's expiry; that failure is
     // already a finding.
     let _ = redlock.shutdown(args.timeout).await;
-    let majority = reports.len() / 2 + 1;
+    let majority = quorumlock::probe::majority(reports.len());
     let summary = summarize_with(&reports, findings, (majority, args.strict), &ZOOKEEPER);
     if args.json {
         let mut json = output::json(&reports, &summary);
@@ -229,7 +229,7 @@ fn ensemble_findings(
     lock_operations: Result<(), String>,
 ) -> Vec<Finding> {
     let listed = reports.len();
-    let majority = listed / 2 + 1;
+    let majority = quorumlock::probe::majority(listed);
     let mut findings = Vec::new();
     if let Err(message) = lock_operations {
         findings.push(error(
