@@ -72,16 +72,42 @@ pub(crate) enum Backend {
 impl Backend {
     /// One attempt; [`Error::Held`] when another owner holds the lock.
     /// Records the call's outcome and duration ([`metrics::lock_call`]).
-    pub(crate) async fn try_lock(
+    pub(crate) fn try_lock<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Guard>> + Send + 'a {
+        self.acquire(Call::TryLock, options, resources, ttl)
+    }
+
+    /// Takes the lock, waiting as [`LockOptions::wait`] allows. Records the
+    /// call's outcome and duration ([`metrics::lock_call`]).
+    pub(crate) fn lock<'a>(
+        &'a self,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Guard>> + Send + 'a {
+        self.acquire(Call::Lock, options, resources, ttl)
+    }
+
+    /// `call` on the client's store, traced and counted (the future the
+    /// two calls return as it is: a wrapper's state machine would deepen
+    /// every caller's future type).
+    async fn acquire(
         &self,
+        call: Call,
         options: &LockOptions,
         resources: &Resources,
         ttl: Duration,
     ) -> Result<Guard> {
         let started = Instant::now();
-        let span = acquire_span(Call::TryLock, resources);
+        let span = acquire_span(call, resources);
+        let wait = matches!(call, Call::Lock);
         let result = async {
             match self {
+                Backend::Redlock(masters) if wait => waiter::lock(masters, options, resources, ttl).await,
                 Backend::Redlock(masters) => {
                     let kind = Kind::new(options.fenced, None);
                     let result = attempt(masters, options, resources, ttl, kind).await;
@@ -89,38 +115,14 @@ impl Backend {
                     result.map(|guard| guard.with_attempts(1))
                 }
                 #[cfg(feature = "etcd")]
-                Backend::Etcd(store) => etcd::lock(store, options, resources, ttl, false).await,
+                Backend::Etcd(store) => etcd::lock(store, options, resources, ttl, wait).await,
                 #[cfg(feature = "zookeeper")]
-                Backend::ZooKeeper(store) => zookeeper::lock(store, options, resources, ttl, false).await,
+                Backend::ZooKeeper(store) => zookeeper::lock(store, options, resources, ttl, wait).await,
             }
         }
         .instrument(span.clone())
         .await;
-        finish(Call::TryLock, started, &span, result)
-    }
-
-    /// Takes the lock, waiting as [`LockOptions::wait`] allows. Records the
-    /// call's outcome and duration ([`metrics::lock_call`]).
-    pub(crate) async fn lock(
-        &self,
-        options: &LockOptions,
-        resources: &Resources,
-        ttl: Duration,
-    ) -> Result<Guard> {
-        let started = Instant::now();
-        let span = acquire_span(Call::Lock, resources);
-        let result = async {
-            match self {
-                Backend::Redlock(masters) => waiter::lock(masters, options, resources, ttl).await,
-                #[cfg(feature = "etcd")]
-                Backend::Etcd(store) => etcd::lock(store, options, resources, ttl, true).await,
-                #[cfg(feature = "zookeeper")]
-                Backend::ZooKeeper(store) => zookeeper::lock(store, options, resources, ttl, true).await,
-            }
-        }
-        .instrument(span.clone())
-        .await;
-        finish(Call::Lock, started, &span, result)
+        finish(call, started, &span, result)
     }
 
     /// Independent members the lock is taken on: Redis nodes, or 1 for an
@@ -150,9 +152,9 @@ impl Backend {
         match self {
             Backend::Redlock(masters) => masters.is_closed(),
             #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => store.is_closed(),
+            Backend::Etcd(store) => store.state.is_closed(),
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => store.is_closed(),
+            Backend::ZooKeeper(store) => store.state.is_closed(),
         }
     }
 

@@ -4,9 +4,11 @@
 //! [`ClusterHold`], and a shutdown of either is [`shutdown`]: written once,
 //! with the errors in a member-of-one's terms.
 
+mod client_state;
 mod hold;
 pub(crate) mod in_line;
 pub(crate) mod inspect;
+pub(crate) mod url;
 
 use std::fmt;
 use std::future::Future;
@@ -16,6 +18,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+pub(crate) use self::client_state::ClientState;
 pub(crate) use self::hold::ClusterHold;
 use crate::backend::Released;
 use crate::error::{Error, Result};

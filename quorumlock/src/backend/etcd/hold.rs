@@ -26,7 +26,8 @@ impl cluster::Store for Cluster {
         let (held, keys) = (Arc::new(held), Arc::new(keys));
         let renewal = renew.then(|| {
             let entry = Entry::new(&keys);
-            self.renewal
+            self.state
+                .renewal
                 .register(&held, entry, || EtcdRound(Arc::clone(self)))
         });
         ClusterHold::guard(self, held, keys, renewal, min_validity)
@@ -40,15 +41,15 @@ impl cluster::Store for Cluster {
     }
 
     fn request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.state.request_timeout
     }
 
     fn tasks(&self) -> &Arc<Tasks> {
-        &self.tasks
+        &self.state.tasks
     }
 
     fn holders(&self) -> &Holders<Arc<Keys>> {
-        &self.holders
+        &self.state.holders
     }
 
     fn check_ttl(&self, ttl: Duration, min_validity: Duration) -> Result<Duration> {
@@ -56,7 +57,7 @@ impl cluster::Store for Cluster {
     }
 
     fn stop_renewal(&self, id: u64) {
-        self.renewal.unregister(id);
+        self.state.renewal.unregister(id);
     }
 
     /// Moves the lock to a lease of `ttl` (see [`relocate`]): valid for

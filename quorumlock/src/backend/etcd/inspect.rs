@@ -5,19 +5,13 @@ use std::time::Duration;
 
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
-use tokio::time::Instant;
-
 use super::Cluster;
 use crate::backend::cluster::inspect::{self as cluster, Seen};
-use crate::error::{Error, NodeErrorKind, StoreFailure};
+use crate::error::{Error, NodeErrorKind};
 use crate::lock::inspection::{Inspection, UnlockReport};
 
-/// The line of one resource: its holder, and how many wait behind it.
-#[derive(Clone, Debug)]
-pub(crate) struct LineView {
-    pub(crate) holder: Option<Head>,
-    pub(crate) waiters: u64,
-}
+/// The line of one resource.
+pub(crate) type LineView = cluster::LineView<Head>;
 
 /// The oldest key of a line: the lock's holder.
 #[derive(Clone, Debug)]
@@ -43,10 +37,7 @@ pub(crate) async fn look(store: &Cluster, resource: &str) -> Result<LineView, No
         .await
         .map_err(kind)?;
     let Some(oldest) = line.kvs().first() else {
-        return Ok(LineView {
-            holder: None,
-            waiters: 0,
-        });
+        return Ok(LineView::new(None, 0));
     };
     let ttl = if oldest.lease() == 0 {
         Duration::ZERO
@@ -64,15 +55,13 @@ pub(crate) async fn look(store: &Cluster, resource: &str) -> Result<LineView, No
         }
         value => String::from_utf8_lossy(value).into_owned(),
     };
-    Ok(LineView {
-        holder: Some(Head {
-            token,
-            ttl,
-            key: oldest.key().to_vec(),
-            revision: oldest.create_revision(),
-        }),
-        waiters: u64::try_from(line.kvs().len() - 1).unwrap_or(u64::MAX),
-    })
+    let head = Head {
+        token,
+        ttl,
+        key: oldest.key().to_vec(),
+        revision: oldest.create_revision(),
+    };
+    Ok(LineView::new(Some(head), line.kvs().len()))
 }
 
 /// Deletes the holder's key of `resource` (the next in line then holds
@@ -102,34 +91,27 @@ pub(crate) async fn delete_holder(
 
 /// The node error inside a store error.
 fn kind(error: Error) -> NodeErrorKind {
-    match error {
-        Error::Unreachable { mut errors, .. } if !errors.is_empty() => errors.swap_remove(0).kind,
-        other => NodeErrorKind::Etcd(StoreFailure::caused_by("inspect", other)),
-    }
+    cluster::node_error(error, NodeErrorKind::Etcd)
 }
 
 /// The cluster's line for `resource`, as an inspection of one member.
 pub(crate) async fn inspect(store: &Cluster, resource: String) -> Inspection {
-    let started = Instant::now();
-    let line = look(store, &resource).await;
-    let elapsed = started.elapsed();
-    let line = line.map(|line| {
-        line.holder.map(|holder| Seen {
-            valid_for: holder
-                .ttl
-                .saturating_sub(elapsed)
-                .saturating_sub(store.lease(started, holder.ttl).drift),
+    let name = resource.clone();
+    let look = async {
+        let line = look(store, &name).await?;
+        Ok(line.holder.map(|holder| Seen {
+            drift: store.state.drift(holder.ttl),
             token: holder.token,
             ttl: holder.ttl,
             waiters: line.waiters,
-        })
-    });
-    cluster::inspection(store.url.redacted(), resource, elapsed, line)
+        }))
+    };
+    cluster::inspect(store.url.redacted(), resource, look).await
 }
 
 /// Deletes the holder's key of `resource` when its token is `token` (any
 /// holder when `None`): the next in line holds the lock then.
 pub(crate) async fn unlock(store: &Cluster, resource: String, token: Option<&str>) -> UnlockReport {
-    let deleted = delete_holder(store, &resource, token).await;
-    cluster::unlock_report(store.url.redacted(), resource, deleted)
+    let name = resource.clone();
+    cluster::unlock(store.url.redacted(), resource, delete_holder(store, &name, token)).await
 }

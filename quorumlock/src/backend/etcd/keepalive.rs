@@ -53,7 +53,7 @@ impl Round for EtcdRound {
     type Kept = Arc<Entry>;
 
     fn tasks(&self) -> &Arc<Tasks> {
-        &self.0.tasks
+        &self.0.state.tasks
     }
 
     fn retry_delay(&self) -> Duration {
@@ -103,12 +103,13 @@ async fn keep_alive(
     lease: i64,
     held_until: Instant,
 ) -> Result<Option<(Instant, Duration)>> {
-    let deadline = (Instant::now() + store.request_timeout).min(held_until);
+    let deadline = (Instant::now() + store.state.request_timeout).min(held_until);
     let mut keeper = entry.keeper.lock().await;
     if keeper.as_ref().is_none_or(|k| k.lease() != lease) {
         let opened = tokio::time::timeout_at(deadline, Keeper::open(store, lease)).await;
-        *keeper =
-            Some(opened.map_err(|_| store.unreachable(NodeErrorKind::Timeout(store.request_timeout)))??);
+        *keeper = Some(
+            opened.map_err(|_| store.unreachable(NodeErrorKind::Timeout(store.state.request_timeout)))??,
+        );
     }
     let keys = async {
         let mut client = store.client().await?;

@@ -113,28 +113,34 @@ pub(crate) async fn revoke(store: &Cluster, lease: i64) -> Result<()> {
 pub(crate) fn revoke_in_background(store: &Arc<Cluster>, lease: i64, ttl: Duration) {
     let task_store = Arc::clone(store);
     let until = Instant::now() + ttl;
-    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        loop {
-            let Err(error) = revoke(&task_store, lease).await else {
-                return;
-            };
-            if Instant::now() + ETCD_RENEW_RETRY >= until {
-                tracing::warn!(%error, lease, "etcd lease revoke failed; it expires with its ttl");
-                return;
+    store
+        .state
+        .tasks
+        .spawn_if_running(BackgroundWork::Release, async move {
+            loop {
+                let Err(error) = revoke(&task_store, lease).await else {
+                    return;
+                };
+                if Instant::now() + ETCD_RENEW_RETRY >= until {
+                    tracing::warn!(%error, lease, "etcd lease revoke failed; it expires with its ttl");
+                    return;
+                }
+                tokio::time::sleep(ETCD_RENEW_RETRY).await;
             }
-            tokio::time::sleep(ETCD_RENEW_RETRY).await;
-        }
-    });
+        });
 }
 
 /// Gives `held` back in the background (a dropped guard, a lost lock).
 pub(crate) fn give_back_in_background(store: &Arc<Cluster>, held: &Arc<Held>, keys: &Arc<Keys>) {
     let (task_store, held, keys) = (Arc::clone(store), Arc::clone(held), Arc::clone(keys));
-    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        if let Err(error) = give_back(&task_store, &held, &keys).await {
-            tracing::debug!(%error, "etcd release failed; trying again in the background");
-        }
-    });
+    store
+        .state
+        .tasks
+        .spawn_if_running(BackgroundWork::Release, async move {
+            if let Err(error) = give_back(&task_store, &held, &keys).await {
+                tracing::debug!(%error, "etcd release failed; trying again in the background");
+            }
+        });
 }
 
 /// Attaches every key of the lock to a new lease of `seconds`, if every key
@@ -180,14 +186,14 @@ pub(crate) async fn relocate(
         }
         Ok(false) => {
             revoke_in_background(store, new, granted);
-            Err(store.lost())
+            Err(store.state.lost())
         }
         // Unknown: the keys may live only as long as the new lease, which
         // may end before the old validity. The lock can no longer be
         // trusted; the new lease expires by itself.
         Err(error) => {
             tracing::warn!(%error, "etcd lease change with an unknown outcome: the lock counts as lost");
-            Err(store.lost())
+            Err(store.state.lost())
         }
     }
 }

@@ -41,13 +41,11 @@ pub(crate) use lease::Keys;
 pub(crate) use mutex::lock;
 pub(crate) use url::EtcdUrl;
 
-use super::cluster;
+use super::cluster::ClientState;
 use crate::config::Timing;
 use crate::config::etcd::{ETCD_MIN_REQUEST_TIMEOUT, ETCD_PING_EVERY};
 use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
-use crate::lock::holders::Holders;
-use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
-use crate::lock::renewal::Renewal;
+use crate::lock::lease::{Lease, TtlUnit};
 use crate::tasks::Tasks;
 
 /// One etcd cluster and what every lock of a client on it shares: the
@@ -55,24 +53,16 @@ use crate::tasks::Tasks;
 /// it), the keep-alive task, the registry of held locks for a shutdown.
 pub(crate) struct Cluster {
     pub(crate) url: EtcdUrl,
-    /// Every request's bound: [`ETCD_MIN_REQUEST_TIMEOUT`] at least.
-    pub(crate) request_timeout: Duration,
-    connect_timeout: Duration,
-    drift_factor: f64,
-    drift_fixed: Duration,
     client: OnceCell<Client>,
-    pub(crate) tasks: Arc<Tasks>,
-    /// Every auto-renewed lock, and the renewal task.
-    pub(crate) renewal: Arc<Renewal<Arc<keepalive::Entry>>>,
-    /// Every lock a guard of this client holds, for a shutdown.
-    pub(crate) holders: Holders<Arc<Keys>>,
+    /// What every lock of the client shares: timing, tasks, renewal.
+    pub(crate) state: ClientState<Keys, Arc<keepalive::Entry>>,
 }
 
 impl std::fmt::Debug for Cluster {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Cluster")
             .field("url", &self.url)
-            .field("request_timeout", &self.request_timeout)
+            .field("request_timeout", &self.state.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -81,14 +71,8 @@ impl Cluster {
     pub(crate) fn new(url: EtcdUrl, timing: Timing, tasks: Arc<Tasks>) -> Cluster {
         Cluster {
             url,
-            request_timeout: timing.node_timeout.max(ETCD_MIN_REQUEST_TIMEOUT),
-            connect_timeout: timing.connect_timeout,
-            drift_factor: timing.drift_factor,
-            drift_fixed: timing.drift_fixed,
             client: OnceCell::new(),
-            tasks,
-            renewal: Arc::default(),
-            holders: Holders::default(),
+            state: ClientState::new(timing, ETCD_MIN_REQUEST_TIMEOUT, tasks),
         }
     }
 
@@ -100,14 +84,14 @@ impl Cluster {
             .client
             .get_or_try_init(|| async {
                 let mut options = ConnectOptions::new()
-                    .with_connect_timeout(self.connect_timeout)
+                    .with_connect_timeout(self.state.connect_timeout)
                     // A member cut off from the leader refuses requests
                     // instead of serving what it last knew.
                     .with_require_leader(true)
                     // A member that stops answering (paused, cut off) is
                     // dropped from the balancer once a ping goes unanswered,
                     // instead of taking every other request into its hole.
-                    .with_keep_alive(ETCD_PING_EVERY, self.request_timeout)
+                    .with_keep_alive(ETCD_PING_EVERY, self.state.request_timeout)
                     .with_keep_alive_while_idle(true);
                 if let Some((name, password)) = &self.url.user {
                     options = options.with_user(name, password);
@@ -127,7 +111,8 @@ impl Cluster {
         &self,
         request: impl Future<Output = std::result::Result<T, etcd_client::Error>>,
     ) -> Result<T> {
-        self.call_by(Instant::now() + self.request_timeout, request).await
+        self.call_by(Instant::now() + self.state.request_timeout, request)
+            .await
     }
 
     /// `request`, bounded by `deadline`.
@@ -139,22 +124,13 @@ impl Cluster {
         match tokio::time::timeout_at(deadline, request).await {
             Ok(Ok(reply)) => Ok(reply),
             Ok(Err(e)) => Err(self.unreachable(NodeErrorKind::Etcd(StoreFailure::caused_by("request", e)))),
-            Err(_) => Err(self.unreachable(NodeErrorKind::Timeout(self.request_timeout))),
+            Err(_) => Err(self.unreachable(NodeErrorKind::Timeout(self.state.request_timeout))),
         }
     }
 
     /// The cluster failed: one member of one in the error's terms.
     pub(crate) fn unreachable(&self, kind: NodeErrorKind) -> Error {
         Error::unreachable_store(self.url.redacted(), kind)
-    }
-
-    /// The lock is no longer ours.
-    pub(crate) fn lost(&self) -> Error {
-        cluster::lost(cluster::is_closed(self))
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        cluster::is_closed(self)
     }
 
     /// The key of our lock on `resource` under `lease`, named as
@@ -171,25 +147,13 @@ impl Cluster {
     /// What a lease granted (or kept alive) with `ttl` by a request sent at
     /// `sent` makes ours.
     pub(crate) fn lease(&self, sent: Instant, ttl: Duration) -> Lease {
-        Lease {
-            start: sent,
-            ttl,
-            life: ttl,
-            drift: drift(ttl, self.drift_factor, self.drift_fixed),
-        }
+        self.state.lease(sent, ttl, ttl)
     }
 
-    /// The ttl rule ([`check_ttl`]) for a lease: whole seconds, and room
-    /// for the request timeout.
+    /// The ttl rule for a lease: whole seconds, and room for the request
+    /// timeout.
     pub(crate) fn lease_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
-        let drift = |ttl| drift(ttl, self.drift_factor, self.drift_fixed);
-        check_ttl(
-            requested,
-            LEASE_SECONDS,
-            self.request_timeout,
-            drift,
-            min_validity,
-        )
+        self.state.check_ttl(requested, LEASE_SECONDS, min_validity)
     }
 }
 

@@ -220,12 +220,15 @@ impl Alive {
             Some(keeper) => keeper,
             None => self.keeper.insert(Keeper::open(store, lease).await?),
         };
-        match keeper.renew(store, Instant::now() + store.request_timeout).await {
+        match keeper
+            .renew(store, Instant::now() + store.state.request_timeout)
+            .await
+        {
             Ok(KeptAlive::Alive { sent, ttl }) => {
                 (self.since, self.ttl) = (sent, ttl);
                 Ok(true)
             }
-            Ok(KeptAlive::Expired) => Err(store.lost()),
+            Ok(KeptAlive::Expired) => Err(store.state.lost()),
             Err(error) => {
                 tracing::debug!(%error, "keep-alive of a waiting etcd lease failed");
                 self.keeper = None;
@@ -281,7 +284,7 @@ async fn take_place(
         (first_created(&gets, 0), first_created(&gets, 1))
     };
     let (Some(created), Some(oldest)) = (created, oldest) else {
-        return Err(store.lost());
+        return Err(store.state.lost());
     };
     Ok(Place {
         created,
@@ -338,12 +341,12 @@ async fn confirm_first(store: &Cluster, client: &mut Client, owned: &[Owned]) ->
         .call(client.txn(Txn::new().when(compares).and_then(reads)))
         .await?;
     if !reply.succeeded() {
-        return Err(store.lost());
+        return Err(store.state.lost());
     }
     let gets = gets(store, &reply)?;
     for (i, own) in owned.iter().enumerate() {
         if first_created(&gets, i) != Some(own.revision) {
-            return Err(store.lost());
+            return Err(store.state.lost());
         }
     }
     Ok(revision(&reply))
@@ -420,7 +423,7 @@ impl Line<'_> {
                     }
                 }
                 () = tokio::time::sleep_until(self.deadline) => return Err(cluster::held()),
-                () = store.tasks.closing().cancelled() => return Err(Error::Closed),
+                () = store.state.tasks.closing().cancelled() => return Err(Error::Closed),
             }
         }
     }

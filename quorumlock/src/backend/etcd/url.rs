@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::backend::cluster::url::{self, Credentials};
 use crate::error::{Error, Result, Setting};
 
 /// A parsed `etcd[s]://[user:password@]host:port[,host:port...][/prefix][?ca=PATH&cert=PATH&key=PATH]`.
@@ -12,7 +13,7 @@ pub(crate) struct EtcdUrl {
     /// Prepended to every resource name: the lock of resource `r` lives
     /// under `<prefix>r/`. Empty, or ending in `/`.
     pub(crate) prefix: String,
-    pub(crate) user: Option<(String, String)>,
+    pub(crate) user: Option<Credentials>,
     pub(crate) tls: bool,
     /// `etcds://` only: PEM files of the CA to trust instead of the system's
     /// roots, and of a client certificate and its key (for members that
@@ -46,20 +47,7 @@ impl EtcdUrl {
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (ca, identity) = tls_files(query, tls).map_err(|why| bad(&why))?;
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (user, hosts) = match authority.rsplit_once('@') {
-            Some((credentials, hosts)) => {
-                let (name, password) = credentials.split_once(':').unwrap_or((credentials, ""));
-                if name.is_empty() {
-                    return Err(bad("a user name is needed before '@'"));
-                }
-                (Some((name.to_owned(), password.to_owned())), hosts)
-            }
-            None => (None, authority),
-        };
-        let members = hosts
-            .split(',')
-            .map(|member| check_member(member).map_err(|why| bad(&why)))
-            .collect::<Result<Vec<_>>>()?;
+        let (user, members) = url::authority(authority, "member", 2379).map_err(|why| bad(&why))?;
         let mut prefix = path.to_owned();
         if !prefix.is_empty() && !prefix.ends_with('/') {
             prefix.push('/');
@@ -83,10 +71,7 @@ impl EtcdUrl {
     /// The URL fit to print: any password replaced by `***`.
     pub(crate) fn redacted(&self) -> String {
         let scheme = if self.tls { "etcds" } else { "etcd" };
-        let user = match &self.user {
-            Some((name, _)) => format!("{name}:***@"),
-            None => String::new(),
-        };
+        let user = url::redacted_user(self.user.as_ref());
         let path = self.prefix.trim_end_matches('/');
         let path = if path.is_empty() {
             String::new()
@@ -152,21 +137,6 @@ fn tls_files(
         _ => return Err("cert and key go together".into()),
     };
     Ok((ca, identity))
-}
-
-/// `host:port`, with a port that parses; a missing port is an error rather
-/// than a guess (etcd's client port is 2379, but a guess that reaches the
-/// wrong port fails far less clearly).
-fn check_member(member: &str) -> std::result::Result<String, String> {
-    let (host, port) = member
-        .rsplit_once(':')
-        .ok_or_else(|| format!("member {member:?} has no port (etcd's client port is usually 2379)"))?;
-    if host.is_empty() {
-        return Err(format!("member {member:?} has no host"));
-    }
-    port.parse::<u16>()
-        .map_err(|_| format!("member {member:?}: port {port:?} is not a number from 0 to 65535"))?;
-    Ok(member.to_owned())
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ impl Round for ZooKeeperRound {
     type Kept = Arc<Nodes>;
 
     fn tasks(&self) -> &Arc<Tasks> {
-        &self.0.tasks
+        &self.0.state.tasks
     }
 
     fn retry_delay(&self) -> Duration {
@@ -58,7 +58,7 @@ async fn heartbeat(store: &Ensemble, due: &[Renewed<Arc<Nodes>>]) -> Vec<Outcome
             return due.iter().map(failed).collect();
         }
     };
-    let deadline = sent + store.request_timeout;
+    let deadline = sent + store.state.request_timeout;
     let reads = join_all(
         due.iter()
             .map(|renewed| renewed.kept.all_present(store, &client, deadline)),

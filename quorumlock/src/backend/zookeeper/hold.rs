@@ -29,7 +29,7 @@ impl cluster::Store for Ensemble {
         let (held, nodes) = (Arc::new(held), Arc::new(nodes));
         let renewal = if renew {
             let round = || ZooKeeperRound(Arc::clone(self));
-            Some(self.renewal.register(&held, Arc::clone(&nodes), round))
+            Some(self.state.renewal.register(&held, Arc::clone(&nodes), round))
         } else {
             end_at_validity(self, &held, &nodes);
             None
@@ -45,15 +45,15 @@ impl cluster::Store for Ensemble {
     }
 
     fn request_timeout(&self) -> Duration {
-        self.request_timeout
+        self.state.request_timeout
     }
 
     fn tasks(&self) -> &Arc<Tasks> {
-        &self.tasks
+        &self.state.tasks
     }
 
     fn holders(&self) -> &Holders<Arc<Nodes>> {
-        &self.holders
+        &self.state.holders
     }
 
     fn check_ttl(&self, ttl: Duration, min_validity: Duration) -> Result<Duration> {
@@ -61,7 +61,7 @@ impl cluster::Store for Ensemble {
     }
 
     fn stop_renewal(&self, id: u64) {
-        self.renewal.unregister(id);
+        self.state.renewal.unregister(id);
     }
 
     /// One heartbeat for this lock (a `sync` through the leader and a read
@@ -76,14 +76,14 @@ impl cluster::Store for Ensemble {
         async move {
             let client = self.client().await?;
             let sent = Instant::now();
-            let deadline = sent + self.request_timeout;
+            let deadline = sent + self.state.request_timeout;
             let (synced, present) = tokio::join!(
                 self.call_by(deadline, client.sync("/")),
                 nodes.all_present(self, &client, deadline)
             );
             synced.map_err(|e| self.failed(&e))?;
             if !present.map_err(|e| self.failed(&e))? {
-                return Err(self.lost());
+                return Err(self.state.lost());
             }
             Ok(self.lease(&client, sent, ttl))
         }
@@ -115,23 +115,26 @@ impl cluster::Store for Ensemble {
 /// each extend) has passed, unless it was given back before.
 fn end_at_validity(store: &Arc<Ensemble>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
     let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
-    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        loop {
-            let until = held.valid_until();
-            tokio::select! {
-                () = tokio::time::sleep_until(until) => {}
-                () = task_store.tasks.closing().cancelled() => return,
-            }
-            if held.is_released() {
-                return;
-            }
-            if Instant::now() >= held.valid_until() {
-                held.mark_lost(Loss::ValidityRanOut);
-                if held.claim_release() {
-                    give_back_in_background(&task_store, &held, &nodes);
+    store
+        .state
+        .tasks
+        .spawn_if_running(BackgroundWork::Release, async move {
+            loop {
+                let until = held.valid_until();
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => {}
+                    () = task_store.state.tasks.closing().cancelled() => return,
                 }
-                return;
+                if held.is_released() {
+                    return;
+                }
+                if Instant::now() >= held.valid_until() {
+                    held.mark_lost(Loss::ValidityRanOut);
+                    if held.claim_release() {
+                        give_back_in_background(&task_store, &held, &nodes);
+                    }
+                    return;
+                }
             }
-        }
-    });
+        });
 }

@@ -3,20 +3,14 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
-
 use super::Ensemble;
 use super::line::{LOCK_MARK, line};
 use crate::backend::cluster::inspect::{self as cluster, Seen};
-use crate::error::{Error, NodeErrorKind, StoreFailure};
+use crate::error::{Error, NodeErrorKind};
 use crate::lock::inspection::{Inspection, UnlockReport};
 
-/// The line of one resource: its holder, and how many wait behind it.
-#[derive(Clone, Debug)]
-pub(crate) struct LineView {
-    pub(crate) holder: Option<Head>,
-    pub(crate) waiters: u64,
-}
+/// The line of one resource.
+pub(crate) type LineView = cluster::LineView<Head>;
 
 /// The first node of a line: the lock's holder.
 #[derive(Clone, Debug)]
@@ -33,21 +27,16 @@ pub(crate) async fn look(store: &Ensemble, resource: &str) -> Result<LineView, N
     let client = store.client().await.map_err(kind)?;
     let line = line(store, &client, &parent).await.map_err(kind)?;
     let Some(first) = line.contenders.first() else {
-        return Ok(LineView {
-            holder: None,
-            waiters: 0,
-        });
+        return Ok(LineView::new(None, 0));
     };
     let token = first
         .rsplit_once(LOCK_MARK)
         .map_or(first.as_str(), |(token, _)| token);
-    Ok(LineView {
-        holder: Some(Head {
-            token: token.to_owned(),
-            path: format!("{parent}/{first}"),
-        }),
-        waiters: u64::try_from(line.contenders.len() - 1).unwrap_or(u64::MAX),
-    })
+    let head = Head {
+        token: token.to_owned(),
+        path: format!("{parent}/{first}"),
+    };
+    Ok(LineView::new(Some(head), line.contenders.len()))
 }
 
 /// Deletes the holder's node of `resource` (the next in line then holds
@@ -76,31 +65,29 @@ pub(crate) async fn delete_holder(
 
 /// The node error inside a store error.
 fn kind(error: Error) -> NodeErrorKind {
-    match error {
-        Error::Unreachable { mut errors, .. } if !errors.is_empty() => errors.swap_remove(0).kind,
-        other => NodeErrorKind::ZooKeeper(StoreFailure::caused_by("inspect", other)),
-    }
+    cluster::node_error(error, NodeErrorKind::ZooKeeper)
 }
 
-/// The ensemble's line for `resource`, as an inspection of one member.
+/// The ensemble's line for `resource`, as an inspection of one member. A
+/// node lives as long as its session: the lock has no ttl of its own to
+/// show.
 pub(crate) async fn inspect(store: &Ensemble, resource: String) -> Inspection {
-    let started = Instant::now();
-    let line = look(store, &resource).await;
-    let elapsed = started.elapsed();
-    let line = line.map(|line| {
-        line.holder.map(|holder| Seen {
+    let name = resource.clone();
+    let look = async {
+        let line = look(store, &name).await?;
+        Ok(line.holder.map(|holder| Seen {
             token: holder.token,
             ttl: Duration::ZERO,
-            valid_for: Duration::ZERO,
+            drift: Duration::ZERO,
             waiters: line.waiters,
-        })
-    });
-    cluster::inspection(store.url.redacted(), resource, elapsed, line)
+        }))
+    };
+    cluster::inspect(store.url.redacted(), resource, look).await
 }
 
 /// Deletes the holder's node of `resource` when its token is `token` (any
 /// holder when `None`): the next in line holds the lock then.
 pub(crate) async fn unlock(store: &Ensemble, resource: String, token: Option<&str>) -> UnlockReport {
-    let deleted = delete_holder(store, &resource, token).await;
-    cluster::unlock_report(store.url.redacted(), resource, deleted)
+    let name = resource.clone();
+    cluster::unlock(store.url.redacted(), resource, delete_holder(store, &name, token)).await
 }

@@ -40,13 +40,11 @@ pub(crate) use mutex::lock;
 pub(crate) use nodes::Nodes;
 pub(crate) use url::ZkUrl;
 
-use super::cluster;
+use super::cluster::ClientState;
 use crate::config::Timing;
 use crate::config::zookeeper::{ZK_MIN_REQUEST_TIMEOUT, ZK_TRUSTED_SHARE};
 use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
-use crate::lock::holders::Holders;
-use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
-use crate::lock::renewal::Renewal;
+use crate::lock::lease::{Lease, TtlUnit};
 use crate::tasks::Tasks;
 
 /// The failure of one ZooKeeper request: the client's error, or
@@ -59,24 +57,16 @@ pub(crate) type ZkResult<T> = std::result::Result<T, zookeeper_client::Error>;
 /// held locks for a shutdown.
 pub(crate) struct Ensemble {
     pub(crate) url: ZkUrl,
-    /// Every request's bound: [`ZK_MIN_REQUEST_TIMEOUT`] at least.
-    pub(crate) request_timeout: Duration,
-    connect_timeout: Duration,
-    drift_factor: f64,
-    drift_fixed: Duration,
     pub(crate) session: tokio::sync::Mutex<Option<Client>>,
-    pub(crate) tasks: Arc<Tasks>,
-    /// Every auto-renewed lock, and the renewal task.
-    pub(crate) renewal: Arc<Renewal<Arc<Nodes>>>,
-    /// Every lock a guard of this client holds, for a shutdown.
-    pub(crate) holders: Holders<Arc<Nodes>>,
+    /// What every lock of the client shares: timing, tasks, renewal.
+    pub(crate) state: ClientState<Nodes, Arc<Nodes>>,
 }
 
 impl std::fmt::Debug for Ensemble {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Ensemble")
             .field("url", &self.url)
-            .field("request_timeout", &self.request_timeout)
+            .field("request_timeout", &self.state.request_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -85,14 +75,8 @@ impl Ensemble {
     pub(crate) fn new(url: ZkUrl, timing: Timing, tasks: Arc<Tasks>) -> Ensemble {
         Ensemble {
             url,
-            request_timeout: timing.node_timeout.max(ZK_MIN_REQUEST_TIMEOUT),
-            connect_timeout: timing.connect_timeout,
-            drift_factor: timing.drift_factor,
-            drift_fixed: timing.drift_fixed,
             session: tokio::sync::Mutex::default(),
-            tasks,
-            renewal: Arc::default(),
-            holders: Holders::default(),
+            state: ClientState::new(timing, ZK_MIN_REQUEST_TIMEOUT, tasks),
         }
     }
 
@@ -106,13 +90,13 @@ impl Ensemble {
         }
         let mut connector = Client::connector()
             .with_session_timeout(self.url.session_timeout)
-            .with_connection_timeout(self.connect_timeout);
+            .with_connection_timeout(self.state.connect_timeout);
         if let Some((name, password)) = &self.url.user {
             connector = connector.with_auth("digest", format!("{name}:{password}").as_bytes());
         }
         // The client tries every server for about a session timeout; a
         // caller waits no longer than a connect and a request.
-        let bound = self.connect_timeout + self.request_timeout;
+        let bound = self.state.connect_timeout + self.state.request_timeout;
         let client = match tokio::time::timeout(bound, connector.connect(&self.url.connect_string())).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return Err(self.failed(&e)),
@@ -124,7 +108,8 @@ impl Ensemble {
 
     /// `request`, bounded by the request timeout.
     pub(crate) async fn call<T>(&self, request: impl Future<Output = ZkResult<T>>) -> ZkResult<T> {
-        self.call_by(Instant::now() + self.request_timeout, request).await
+        self.call_by(Instant::now() + self.state.request_timeout, request)
+            .await
     }
 
     /// `request`, bounded by `deadline`.
@@ -141,7 +126,7 @@ impl Ensemble {
     /// A request failed: the ensemble, as one member, in the error's terms.
     pub(crate) fn failed(&self, error: &zookeeper_client::Error) -> Error {
         let kind = match error {
-            zookeeper_client::Error::Timeout => NodeErrorKind::Timeout(self.request_timeout),
+            zookeeper_client::Error::Timeout => NodeErrorKind::Timeout(self.state.request_timeout),
             other => NodeErrorKind::ZooKeeper(StoreFailure::caused_by("request", other.clone())),
         };
         self.unreachable(kind)
@@ -150,15 +135,6 @@ impl Ensemble {
     /// The ensemble failed: one member of one in the error's terms.
     pub(crate) fn unreachable(&self, kind: NodeErrorKind) -> Error {
         Error::unreachable_store(self.url.redacted(), kind)
-    }
-
-    /// The lock is no longer ours.
-    pub(crate) fn lost(&self) -> Error {
-        cluster::lost(cluster::is_closed(self))
-    }
-
-    pub(crate) fn is_closed(&self) -> bool {
-        cluster::is_closed(self)
     }
 
     /// The znode under which every contender for `resource` creates its
@@ -182,25 +158,14 @@ impl Ensemble {
     /// timeout the ensemble granted, and never more than the ttl.
     pub(crate) fn lease(&self, client: &Client, sent: Instant, ttl: Duration) -> Lease {
         let trusted = client.session_timeout().mul_f64(ZK_TRUSTED_SHARE);
-        let life = trusted.min(ttl);
-        Lease {
-            start: sent,
-            ttl,
-            life,
-            drift: drift(life, self.drift_factor, self.drift_fixed),
-        }
+        self.state.lease(sent, ttl, trusted.min(ttl))
     }
 
-    /// The ttl rule ([`check_ttl`]): room for the request timeout.
+    /// The ttl rule: room for the request timeout. A node lives as long as
+    /// the session, whatever the ttl, so the ttl only bounds what a guard
+    /// trusts; whole milliseconds, as the Redis backend counts.
     pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
-        let drift = |ttl| drift(ttl, self.drift_factor, self.drift_fixed);
-        check_ttl(
-            requested,
-            TtlUnit::MILLIS,
-            self.request_timeout,
-            drift,
-            min_validity,
-        )
+        self.state.check_ttl(requested, TtlUnit::MILLIS, min_validity)
     }
 }
 

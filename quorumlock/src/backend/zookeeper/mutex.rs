@@ -116,11 +116,11 @@ async fn attempt(
         sent = Instant::now();
         let (synced, present) = tokio::join!(
             store.call(client.sync("/")),
-            nodes.all_present(store, &client, sent + store.request_timeout)
+            nodes.all_present(store, &client, sent + store.state.request_timeout)
         );
         synced.map_err(|e| store.failed(&e))?;
         if !present.map_err(|e| store.failed(&e))? {
-            return Err(store.lost());
+            return Err(store.state.lost());
         }
     }
     let lease = store.lease(&client, sent, ttl);
@@ -230,7 +230,7 @@ async fn wait_first(
     loop {
         let line = line(store, client, parent).await?;
         let Some(place) = line.contenders.iter().position(|c| c == name) else {
-            return Err(store.lost());
+            return Err(store.state.lost());
         };
         if place == 0 {
             return Ok(line.changed_at);
@@ -259,7 +259,7 @@ async fn wait_gone(store: &Ensemble, client: &Client, path: &str, deadline: Inst
             _ = watcher.changed() => {}
             () = tokio::time::sleep(ZK_WAITER_RECHECK) => {}
             () = tokio::time::sleep_until(deadline) => return Err(cluster::held()),
-            () = store.tasks.closing().cancelled() => return Err(Error::Closed),
+            () = store.state.tasks.closing().cancelled() => return Err(Error::Closed),
         }
     }
 }

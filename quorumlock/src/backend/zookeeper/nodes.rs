@@ -91,18 +91,21 @@ pub(crate) async fn delete(store: &Ensemble, nodes: &Nodes) -> Result<()> {
 pub(crate) fn delete_in_background(store: &Arc<Ensemble>, nodes: &Arc<Nodes>, retry_for: Duration) {
     let (task_store, nodes) = (Arc::clone(store), Arc::clone(nodes));
     let until = Instant::now() + retry_for;
-    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        loop {
-            let Err(error) = delete(&task_store, &nodes).await else {
-                return;
-            };
-            if Instant::now() + ZK_RETRY >= until {
-                tracing::warn!(%error, "ZooKeeper lock release failed; its nodes end with the session");
-                return;
+    store
+        .state
+        .tasks
+        .spawn_if_running(BackgroundWork::Release, async move {
+            loop {
+                let Err(error) = delete(&task_store, &nodes).await else {
+                    return;
+                };
+                if Instant::now() + ZK_RETRY >= until {
+                    tracing::warn!(%error, "ZooKeeper lock release failed; its nodes end with the session");
+                    return;
+                }
+                tokio::time::sleep(ZK_RETRY).await;
             }
-            tokio::time::sleep(ZK_RETRY).await;
-        }
-    });
+        });
 }
 
 /// Deletes, in the background and as tracked work, every node named after
@@ -120,7 +123,7 @@ pub(crate) fn delete_by_token(
 ) {
     let task_store = Arc::clone(store);
     let until = Instant::now() + retry_for;
-    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
+    store.state.tasks.spawn_if_running(BackgroundWork::Release, async move {
         loop {
             let Err(error) = delete_named(&task_store, &parents, &token).await else {
                 return;
@@ -152,9 +155,12 @@ async fn delete_named(store: &Ensemble, parents: &[String], token: &str) -> Resu
 /// Gives `held` back in the background (a dropped guard, a lost lock).
 pub(crate) fn give_back_in_background(store: &Arc<Ensemble>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
     let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
-    store.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        if let Err(error) = give_back(&task_store, &held, &nodes).await {
-            tracing::debug!(%error, "ZooKeeper release failed; trying again in the background");
-        }
-    });
+    store
+        .state
+        .tasks
+        .spawn_if_running(BackgroundWork::Release, async move {
+            if let Err(error) = give_back(&task_store, &held, &nodes).await {
+                tracing::debug!(%error, "ZooKeeper release failed; trying again in the background");
+            }
+        });
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::backend::cluster::url::{self, Credentials};
 use crate::config::zookeeper::ZK_DEFAULT_SESSION_TIMEOUT;
 use crate::error::{Error, Result, Setting};
 
@@ -15,7 +16,7 @@ pub(crate) struct ZkUrl {
     /// `<chroot>/r`. Empty, or starting with `/` and not ending with one.
     pub(crate) chroot: String,
     /// Digest credentials, sent with the session (`addauth digest user:password`).
-    pub(crate) user: Option<(String, String)>,
+    pub(crate) user: Option<Credentials>,
     /// The session timeout asked for; the ensemble answers the one it grants.
     pub(crate) session_timeout: Duration,
 }
@@ -47,20 +48,7 @@ impl ZkUrl {
             Some(slash) => rest.split_at(slash),
             None => (rest, ""),
         };
-        let (user, hosts) = match authority.rsplit_once('@') {
-            Some((credentials, hosts)) => {
-                let (name, password) = credentials.split_once(':').unwrap_or((credentials, ""));
-                if name.is_empty() {
-                    return Err(bad("a user name is needed before '@'"));
-                }
-                (Some((name.to_owned(), password.to_owned())), hosts)
-            }
-            None => (None, authority),
-        };
-        let servers = hosts
-            .split(',')
-            .map(|server| check_server(server).map_err(|why| bad(&why)))
-            .collect::<Result<Vec<_>>>()?;
+        let (user, servers) = url::authority(authority, "server", 2181).map_err(|why| bad(&why))?;
         let chroot = path.trim_end_matches('/').to_owned();
         if !chroot.is_empty() {
             check_path(&chroot).map_err(|why| bad(&why))?;
@@ -82,10 +70,7 @@ impl ZkUrl {
 
     /// The URL fit to print: any password replaced by `***`.
     pub(crate) fn redacted(&self) -> String {
-        let user = match &self.user {
-            Some((name, _)) => format!("{name}:***@"),
-            None => String::new(),
-        };
+        let user = url::redacted_user(self.user.as_ref());
         let query = if self.session_timeout == ZK_DEFAULT_SESSION_TIMEOUT {
             String::new()
         } else {
@@ -111,17 +96,6 @@ fn session_timeout(query: &str) -> std::result::Result<Duration, String> {
         }
     }
     Ok(timeout)
-}
-
-/// A `host:port` with a port that is a number.
-fn check_server(server: &str) -> std::result::Result<String, String> {
-    let Some((host, port)) = server.rsplit_once(':') else {
-        return Err(format!("server {server:?} needs a port (host:port)"));
-    };
-    if host.is_empty() || port.parse::<u16>().is_err() {
-        return Err(format!("server {server:?} is not host:port"));
-    }
-    Ok(server.to_owned())
 }
 
 /// A path ZooKeeper accepts: `/` then segments that are neither empty nor
