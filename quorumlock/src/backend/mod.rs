@@ -163,9 +163,9 @@ impl Backend {
         match self {
             Backend::Redlock(masters) => redlock::inspect::inspect(&masters.quorum, resource).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => etcd::inspect::inspect(store, resource).await,
+            Backend::Etcd(store) => cluster::inspect::inspect(&**store, resource).await,
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => zookeeper::inspect::inspect(store, resource).await,
+            Backend::ZooKeeper(store) => cluster::inspect::inspect(&**store, resource).await,
         }
     }
 
@@ -175,9 +175,9 @@ impl Backend {
         match self {
             Backend::Redlock(masters) => redlock::inspect::unlock(&masters.quorum, resource, token).await,
             #[cfg(feature = "etcd")]
-            Backend::Etcd(store) => etcd::inspect::unlock(store, resource, token).await,
+            Backend::Etcd(store) => cluster::inspect::unlock(&**store, resource, token).await,
             #[cfg(feature = "zookeeper")]
-            Backend::ZooKeeper(store) => zookeeper::inspect::unlock(store, resource, token).await,
+            Backend::ZooKeeper(store) => cluster::inspect::unlock(&**store, resource, token).await,
         }
     }
 

@@ -2,9 +2,9 @@
 //! as one member (an etcd cluster, a ZooKeeper ensemble): the reports made
 //! from what its line of contenders says.
 
-use std::future::Future;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 
 #[cfg(doc)]
@@ -56,16 +56,30 @@ pub(crate) fn node_error(error: Error, store: fn(StoreFailure) -> NodeErrorKind)
     }
 }
 
-/// The inspection of `resource` on the store named `node`: `look` reads
-/// its line (`None`: nobody holds it), and the read's time is taken off
-/// what is certain of the holder's lock.
-pub(crate) async fn inspect(
-    node: String,
-    resource: String,
-    look: impl Future<Output = Result<Option<Seen>, NodeErrorKind>>,
-) -> Inspection {
+/// What [`inspect`] and [`unlock`] need of a store.
+pub(crate) trait Inspect: Sync {
+    /// The store as the reports name it: its URL, without a password.
+    fn name(&self) -> String;
+
+    /// Reads the line of `resource`: its holder (`None`: nobody holds it).
+    fn holder<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<Seen>, NodeErrorKind>>;
+
+    /// Deletes the holder's key or node of `resource` (the next in line
+    /// then holds it) when its token is `token` (any token when `None`).
+    /// Answers the token deleted, `None` when there was no holder or
+    /// another token held it.
+    fn delete_holder<'a>(
+        &'a self,
+        resource: &'a str,
+        token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<String>, NodeErrorKind>>;
+}
+
+/// The store's line for `resource`, as an inspection of one member; the
+/// read's time is taken off what is certain of the holder's lock.
+pub(crate) async fn inspect(store: &impl Inspect, resource: String) -> Inspection {
     let started = Instant::now();
-    let line = look.await;
+    let line = store.holder(&resource).await;
     let elapsed = started.elapsed();
     let (state, waiters, verdict) = match line {
         Ok(Some(holder)) => {
@@ -84,29 +98,31 @@ pub(crate) async fn inspect(
     };
     Inspection {
         resource,
-        nodes: vec![NodeInspection { node, state, waiters }],
+        nodes: vec![NodeInspection {
+            node: store.name(),
+            state,
+            waiters,
+        }],
         quorum: 1,
         elapsed,
         verdict,
     }
 }
 
-/// The report of an unlock of `resource` on the store named `node`:
-/// `delete` deletes the holder and answers the token deleted, or `None`
-/// when nobody (or another token) held it.
-pub(crate) async fn unlock(
-    node: String,
-    resource: String,
-    delete: impl Future<Output = Result<Option<String>, NodeErrorKind>>,
-) -> UnlockReport {
-    let outcome = match delete.await {
+/// Deletes the holder of `resource` when its token is `token` (any holder
+/// when `None`): the next in line holds the lock then.
+pub(crate) async fn unlock(store: &impl Inspect, resource: String, token: Option<&str>) -> UnlockReport {
+    let outcome = match store.delete_holder(&resource, token).await {
         Ok(Some(token)) => UnlockOutcome::Deleted(DeletedValue::String(token)),
         Ok(None) => UnlockOutcome::NotHeld,
         Err(kind) => UnlockOutcome::Failed(kind),
     };
     UnlockReport {
         resource,
-        nodes: vec![NodeUnlock { node, outcome }],
+        nodes: vec![NodeUnlock {
+            node: store.name(),
+            outcome,
+        }],
         quorum: 1,
     }
 }

@@ -6,9 +6,11 @@ use std::time::Duration;
 use etcd_client::{Compare, CompareOp, DeleteOptions, GetOptions, SortOrder, SortTarget, Txn, TxnOp};
 
 use super::Cluster;
-use crate::backend::cluster::inspect::{self as cluster, Seen};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::backend::cluster::inspect::{self as cluster, Inspect, Seen};
 use crate::error::{Error, NodeErrorKind};
-use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource.
 pub(crate) type LineView = cluster::LineView<Head>;
@@ -64,54 +66,52 @@ pub(crate) async fn look(store: &Cluster, resource: &str) -> Result<LineView, No
     Ok(LineView::new(Some(head), line.kvs().len()))
 }
 
-/// Deletes the holder's key of `resource` (the next in line then holds
-/// it) when its token is `token` (any token when `None`). Returns the token
-/// deleted, `None` when there was no holder or another token held it.
-pub(crate) async fn delete_holder(
-    store: &Cluster,
-    resource: &str,
-    token: Option<&str>,
-) -> Result<Option<String>, NodeErrorKind> {
-    let line = look(store, resource).await?;
-    let Some(holder) = line.holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
-        return Ok(None);
-    };
-    let mut client = store.client().await.map_err(kind)?;
-    // Only the key we read: a holder that changed meanwhile stays.
-    let txn = Txn::new()
-        .when([Compare::create_revision(
-            holder.key.clone(),
-            CompareOp::Equal,
-            holder.revision,
-        )])
-        .and_then([TxnOp::delete(holder.key.clone(), None::<DeleteOptions>)]);
-    let deleted = store.call(client.txn(txn)).await.map_err(kind)?;
-    Ok(deleted.succeeded().then_some(holder.token))
-}
-
 /// The node error inside a store error.
 fn kind(error: Error) -> NodeErrorKind {
     cluster::node_error(error, NodeErrorKind::Etcd)
 }
 
-/// The cluster's line for `resource`, as an inspection of one member.
-pub(crate) async fn inspect(store: &Cluster, resource: String) -> Inspection {
-    let name = resource.clone();
-    let look = async {
-        let line = look(store, &name).await?;
-        Ok(line.holder.map(|holder| Seen {
-            drift: store.state.drift(holder.ttl),
-            token: holder.token,
-            ttl: holder.ttl,
-            waiters: line.waiters,
-        }))
-    };
-    cluster::inspect(store.url.redacted(), resource, look).await
-}
+impl Inspect for Cluster {
+    fn name(&self) -> String {
+        self.url.redacted()
+    }
 
-/// Deletes the holder's key of `resource` when its token is `token` (any
-/// holder when `None`): the next in line holds the lock then.
-pub(crate) async fn unlock(store: &Cluster, resource: String, token: Option<&str>) -> UnlockReport {
-    let name = resource.clone();
-    cluster::unlock(store.url.redacted(), resource, delete_holder(store, &name, token)).await
+    fn holder<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<Seen>, NodeErrorKind>> {
+        async move {
+            let line = look(self, resource).await?;
+            Ok(line.holder.map(|holder| Seen {
+                drift: self.state.drift(holder.ttl),
+                token: holder.token,
+                ttl: holder.ttl,
+                waiters: line.waiters,
+            }))
+        }
+        .boxed()
+    }
+
+    /// Only the key read is deleted (a transaction on its create
+    /// revision): a holder that changed meanwhile stays.
+    fn delete_holder<'a>(
+        &'a self,
+        resource: &'a str,
+        token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<String>, NodeErrorKind>> {
+        async move {
+            let line = look(self, resource).await?;
+            let Some(holder) = line.holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
+                return Ok(None);
+            };
+            let mut client = self.client().await.map_err(kind)?;
+            let txn = Txn::new()
+                .when([Compare::create_revision(
+                    holder.key.clone(),
+                    CompareOp::Equal,
+                    holder.revision,
+                )])
+                .and_then([TxnOp::delete(holder.key.clone(), None::<DeleteOptions>)]);
+            let deleted = self.call(client.txn(txn)).await.map_err(kind)?;
+            Ok(deleted.succeeded().then_some(holder.token))
+        }
+        .boxed()
+    }
 }

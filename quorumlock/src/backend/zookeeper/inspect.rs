@@ -5,9 +5,11 @@ use std::time::Duration;
 
 use super::Ensemble;
 use super::line::{LOCK_MARK, line};
-use crate::backend::cluster::inspect::{self as cluster, Seen};
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use crate::backend::cluster::inspect::{self as cluster, Inspect, Seen};
 use crate::error::{Error, NodeErrorKind};
-use crate::lock::inspection::{Inspection, UnlockReport};
 
 /// The line of one resource.
 pub(crate) type LineView = cluster::LineView<Head>;
@@ -39,55 +41,53 @@ pub(crate) async fn look(store: &Ensemble, resource: &str) -> Result<LineView, N
     Ok(LineView::new(Some(head), line.contenders.len()))
 }
 
-/// Deletes the holder's node of `resource` (the next in line then holds
-/// it) when its token is `token` (any token when `None`). Returns the token
-/// deleted, `None` when there was no holder or another token held it.
-///
-/// Node names carry a sequence number that the parent never hands out
-/// twice, so the node read is the node deleted: a holder that changed
-/// meanwhile stays.
-pub(crate) async fn delete_holder(
-    store: &Ensemble,
-    resource: &str,
-    token: Option<&str>,
-) -> Result<Option<String>, NodeErrorKind> {
-    let line = look(store, resource).await?;
-    let Some(holder) = line.holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
-        return Ok(None);
-    };
-    let client = store.client().await.map_err(kind)?;
-    match store.call(client.delete(&holder.path, None)).await {
-        Ok(()) => Ok(Some(holder.token)),
-        Err(zookeeper_client::Error::NoNode) => Ok(None),
-        Err(error) => Err(kind(store.failed(&error))),
-    }
-}
-
 /// The node error inside a store error.
 fn kind(error: Error) -> NodeErrorKind {
     cluster::node_error(error, NodeErrorKind::ZooKeeper)
 }
 
-/// The ensemble's line for `resource`, as an inspection of one member. A
-/// node lives as long as its session: the lock has no ttl of its own to
-/// show.
-pub(crate) async fn inspect(store: &Ensemble, resource: String) -> Inspection {
-    let name = resource.clone();
-    let look = async {
-        let line = look(store, &name).await?;
-        Ok(line.holder.map(|holder| Seen {
-            token: holder.token,
-            ttl: Duration::ZERO,
-            drift: Duration::ZERO,
-            waiters: line.waiters,
-        }))
-    };
-    cluster::inspect(store.url.redacted(), resource, look).await
-}
+impl Inspect for Ensemble {
+    fn name(&self) -> String {
+        self.url.redacted()
+    }
 
-/// Deletes the holder's node of `resource` when its token is `token` (any
-/// holder when `None`): the next in line holds the lock then.
-pub(crate) async fn unlock(store: &Ensemble, resource: String, token: Option<&str>) -> UnlockReport {
-    let name = resource.clone();
-    cluster::unlock(store.url.redacted(), resource, delete_holder(store, &name, token)).await
+    fn holder<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<Seen>, NodeErrorKind>> {
+        async move {
+            let line = look(self, resource).await?;
+            Ok(line.holder.map(|holder| {
+                // A node lives as long as its session: the lock has no
+                // ttl of its own to show.
+                Seen {
+                    token: holder.token,
+                    ttl: Duration::ZERO,
+                    drift: Duration::ZERO,
+                    waiters: line.waiters,
+                }
+            }))
+        }
+        .boxed()
+    }
+
+    /// Node names carry a sequence number that the parent never hands out
+    /// twice, so the node read is the node deleted: a holder that changed
+    /// meanwhile stays.
+    fn delete_holder<'a>(
+        &'a self,
+        resource: &'a str,
+        token: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Option<String>, NodeErrorKind>> {
+        async move {
+            let line = look(self, resource).await?;
+            let Some(holder) = line.holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
+                return Ok(None);
+            };
+            let client = self.client().await.map_err(kind)?;
+            match self.call(client.delete(&holder.path, None)).await {
+                Ok(()) => Ok(Some(holder.token)),
+                Err(zookeeper_client::Error::NoNode) => Ok(None),
+                Err(error) => Err(kind(self.failed(&error))),
+            }
+        }
+        .boxed()
+    }
 }
