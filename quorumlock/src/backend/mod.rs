@@ -115,9 +115,11 @@ impl Backend {
                     result.map(|guard| guard.with_attempts(1))
                 }
                 #[cfg(feature = "etcd")]
-                Backend::Etcd(store) => etcd::lock(store, options, resources, ttl, wait).await,
+                Backend::Etcd(store) => cluster::in_line::lock(store, options, resources, ttl, wait).await,
                 #[cfg(feature = "zookeeper")]
-                Backend::ZooKeeper(store) => zookeeper::lock(store, options, resources, ttl, wait).await,
+                Backend::ZooKeeper(store) => {
+                    cluster::in_line::lock(store, options, resources, ttl, wait).await
+                }
             }
         }
         .instrument(span.clone())

@@ -24,6 +24,8 @@ pub(crate) struct ClientState<Kept, Renewed> {
     pub(crate) connect_timeout: Duration,
     drift_factor: f64,
     drift_fixed: Duration,
+    /// How the store keeps a ttl.
+    ttl_unit: TtlUnit,
     pub(crate) tasks: Arc<Tasks>,
     /// Every auto-renewed lock, and the renewal task.
     pub(crate) renewal: Arc<Renewal<Renewed>>,
@@ -34,13 +36,20 @@ pub(crate) struct ClientState<Kept, Renewed> {
 impl<Kept, Renewed> ClientState<Kept, Renewed> {
     /// The state of a new client with `timing`, whose requests get
     /// `min_request_timeout` at least (a store that needs a round of its
-    /// own quorum per request cannot answer in a Redis node's time).
-    pub(crate) fn new(timing: Timing, min_request_timeout: Duration, tasks: Arc<Tasks>) -> Self {
+    /// own quorum per request cannot answer in a Redis node's time), on a
+    /// store that keeps ttls in `ttl_unit`.
+    pub(crate) fn new(
+        timing: Timing,
+        min_request_timeout: Duration,
+        ttl_unit: TtlUnit,
+        tasks: Arc<Tasks>,
+    ) -> Self {
         ClientState {
             request_timeout: timing.node_timeout.max(min_request_timeout),
             connect_timeout: timing.connect_timeout,
             drift_factor: timing.drift_factor,
             drift_fixed: timing.drift_fixed,
+            ttl_unit,
             tasks,
             renewal: Arc::default(),
             holders: Holders::default(),
@@ -52,18 +61,13 @@ impl<Kept, Renewed> ClientState<Kept, Renewed> {
         drift(ttl, self.drift_factor, self.drift_fixed)
     }
 
-    /// The ttl rule ([`check_ttl`]) for a store that keeps ttls in `unit`:
-    /// room for a request's timeout besides the drift and the minimum
-    /// validity asked for.
-    pub(crate) fn check_ttl(
-        &self,
-        requested: Duration,
-        unit: TtlUnit,
-        min_validity: Duration,
-    ) -> Result<Duration> {
+    /// The ttl rule ([`check_ttl`]) in the store's unit: room for a
+    /// request's timeout besides the drift and the minimum validity asked
+    /// for.
+    pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
         check_ttl(
             requested,
-            unit,
+            self.ttl_unit,
             self.request_timeout,
             |ttl| self.drift(ttl),
             min_validity,

@@ -35,7 +35,7 @@ impl<S: Store> ClusterHold<S> {
         min_validity: Duration,
     ) -> Guard {
         let hold = ClusterHold {
-            holder: Some(store.holders().insert(&held, Arc::clone(&kept))),
+            holder: Some(store.state().holders.insert(&held, Arc::clone(&kept))),
             store: Arc::clone(store),
             kept,
             renewal,
@@ -46,7 +46,7 @@ impl<S: Store> ClusterHold<S> {
     /// Makes the lock valid for `ttl` from the store's confirmation, leaving
     /// at least `min_validity`.
     async fn extend_on_store(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
-        let ttl = self.store.check_ttl(ttl, min_validity)?;
+        let ttl = self.store.state().check_ttl(ttl, min_validity)?;
         if is_closed(&*self.store) {
             return Err(Error::Closed);
         }
@@ -71,7 +71,7 @@ impl<S: Store> ClusterHold<S> {
 
 impl<S: Store> Hold for ClusterHold<S> {
     fn round(&self) -> Duration {
-        self.store.request_timeout()
+        self.store.state().request_timeout
     }
 
     fn is_closed(&self) -> bool {
@@ -101,13 +101,13 @@ impl<S: Store> Hold for ClusterHold<S> {
 
     fn stop_renewal(&mut self) {
         if let Some(id) = self.renewal.take() {
-            self.store.stop_renewal(id);
+            self.store.state().renewal.unregister(id);
         }
     }
 
     fn unregister(&mut self) {
         if let Some(id) = self.holder.take() {
-            self.store.holders().remove(id);
+            self.store.state().holders.remove(id);
         }
     }
 }

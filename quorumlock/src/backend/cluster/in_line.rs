@@ -3,17 +3,46 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::{Store, is_closed};
 use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
+use crate::lock::resources::Resources;
 use crate::lock::state::Held;
 use crate::metrics;
 use crate::options::LockOptions;
 use crate::random;
+
+/// Takes the lock on `resources`: once when `waiting` is false (busy is
+/// [`Error::Held`]), otherwise waiting in line until it is ours or
+/// [`LockOptions::wait`] runs out (see [`take`]).
+///
+/// Boxed: a lock call's future is as large as the largest path it may take,
+/// and a one-cluster store's request state (the etcd client's is about
+/// 12 KB) would make every Redis lock call carry and copy it
+/// (docs/benchmarks.md has the cost). A call to such a store takes a
+/// network round trip, next to which the box costs nothing.
+pub(crate) fn lock<'a, S: Store>(
+    store: &'a Arc<S>,
+    options: &'a LockOptions,
+    resources: &'a Resources,
+    ttl: Duration,
+    waiting: bool,
+) -> BoxFuture<'a, Result<Guard>> {
+    async move {
+        let ttl = store.lock_ttl(options, ttl)?;
+        take(store, options, waiting, |deadline| {
+            store.attempt(options, resources, ttl, deadline)
+        })
+        .await
+    }
+    .boxed()
+}
 
 /// Runs `attempt` once when `waiting` is false, otherwise until it takes
 /// the lock or [`LockOptions::wait`] runs out: each attempt gets the wait's
@@ -27,7 +56,7 @@ use crate::random;
 /// A waiter whose place vanished ([`Error::Lost`]: the store expired its
 /// lease or session, a long failover) that may not try again gets
 /// [`Store::lost_in_line`] instead, which says why it gave up.
-pub(crate) async fn take<S, F, Fut>(
+async fn take<S, F, Fut>(
     store: &Arc<S>,
     options: &LockOptions,
     waiting: bool,

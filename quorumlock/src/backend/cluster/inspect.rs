@@ -1,6 +1,7 @@
 //! [`Redlock::inspect`], `unlock` and `force_unlock` on a store that counts
 //! as one member (an etcd cluster, a ZooKeeper ensemble): the reports made
-//! from what its line of contenders says.
+//! from what its line of contenders says. Each store reads its line and
+//! deletes a holder in its own way ([`Inspect`]); the rest is here.
 
 use std::time::Duration;
 
@@ -14,18 +15,33 @@ use crate::lock::inspection::{
     DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
 };
 
-/// The line of one resource as a read found it: its holder (the store's
-/// own view of it), and how many wait behind it.
+/// The first in a line of contenders: the lock's holder.
 #[derive(Clone, Debug)]
-pub(crate) struct LineView<Head> {
-    pub(crate) holder: Option<Head>,
+pub(crate) struct Holder<Key> {
+    /// The holder's token as the store shows it (for holders that are not
+    /// quorumlock, what stands in for one: `etcdctl lock`'s lease id,
+    /// kazoo's uuid).
+    pub(crate) token: String,
+    /// What the store says is left of the holder's lock (zero where the
+    /// lock has no time of its own, as a ZooKeeper node in a session).
+    pub(crate) ttl: Duration,
+    /// Where the store keeps it: what a deletion of exactly this holder
+    /// names.
+    pub(crate) key: Key,
+}
+
+/// The line of one resource as a read found it: its holder, and how many
+/// wait behind it.
+#[derive(Clone, Debug)]
+pub(crate) struct LineView<Key> {
+    pub(crate) holder: Option<Holder<Key>>,
     pub(crate) waiters: u64,
 }
 
-impl<Head> LineView<Head> {
-    /// The line of `contenders` in order, the first holding the lock
-    /// (`None` when the line is empty).
-    pub(crate) fn new(holder: Option<Head>, contenders: usize) -> Self {
+impl<Key> LineView<Key> {
+    /// A line of `contenders`, the first of them `holder` (`None` when the
+    /// line is empty).
+    pub(crate) fn new(holder: Option<Holder<Key>>, contenders: usize) -> Self {
         LineView {
             holder,
             waiters: u64::try_from(contenders.saturating_sub(1)).unwrap_or(u64::MAX),
@@ -33,17 +49,23 @@ impl<Head> LineView<Head> {
     }
 }
 
-/// The holder of a line, as its store shows it.
-pub(crate) struct Seen {
-    pub(crate) token: String,
-    /// What the store says is left of the holder's lock (zero where the
-    /// lock has no time of its own, as a ZooKeeper node in a session).
-    pub(crate) ttl: Duration,
-    /// The drift allowance for that ttl: what is certain of the lock is the
-    /// ttl less the read's time and this.
-    pub(crate) drift: Duration,
-    /// Contenders behind it.
-    pub(crate) waiters: u64,
+/// What [`inspect`] and [`unlock`] need of a store.
+pub(crate) trait Inspect: Sync {
+    /// What names one holder's key or node.
+    type Key: Send + Sync;
+
+    /// The store as the reports name it: its URL, without a password.
+    fn name(&self) -> String;
+
+    /// The drift allowance for a lock of `ttl`.
+    fn drift(&self, ttl: Duration) -> Duration;
+
+    /// Reads the line of `resource`.
+    fn look<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<LineView<Self::Key>, NodeErrorKind>>;
+
+    /// Deletes `holder`'s key or node, and nothing else: a holder that
+    /// changed since the read stays. Whether it was deleted.
+    fn delete<'a>(&'a self, holder: &'a Holder<Self::Key>) -> BoxFuture<'a, Result<bool, NodeErrorKind>>;
 }
 
 /// The node error inside a store error that an inspection met: the
@@ -56,44 +78,32 @@ pub(crate) fn node_error(error: Error, store: fn(StoreFailure) -> NodeErrorKind)
     }
 }
 
-/// What [`inspect`] and [`unlock`] need of a store.
-pub(crate) trait Inspect: Sync {
-    /// The store as the reports name it: its URL, without a password.
-    fn name(&self) -> String;
-
-    /// Reads the line of `resource`: its holder (`None`: nobody holds it).
-    fn holder<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<Option<Seen>, NodeErrorKind>>;
-
-    /// Deletes the holder's key or node of `resource` (the next in line
-    /// then holds it) when its token is `token` (any token when `None`).
-    /// Answers the token deleted, `None` when there was no holder or
-    /// another token held it.
-    fn delete_holder<'a>(
-        &'a self,
-        resource: &'a str,
-        token: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Option<String>, NodeErrorKind>>;
-}
-
-/// The store's line for `resource`, as an inspection of one member; the
-/// read's time is taken off what is certain of the holder's lock.
-pub(crate) async fn inspect(store: &impl Inspect, resource: String) -> Inspection {
+/// The store's line for `resource`, as an inspection of one member; what
+/// is certain of the holder's lock is its ttl less the read's time and the
+/// drift.
+pub(crate) async fn inspect<S: Inspect>(store: &S, resource: String) -> Inspection {
     let started = Instant::now();
-    let line = store.holder(&resource).await;
+    let line = store.look(&resource).await;
     let elapsed = started.elapsed();
     let (state, waiters, verdict) = match line {
-        Ok(Some(holder)) => {
+        Ok(LineView {
+            holder: Some(holder),
+            waiters,
+        }) => {
             let verdict = Verdict::Held {
                 token: holder.token.clone(),
-                valid_for: holder.ttl.saturating_sub(elapsed).saturating_sub(holder.drift),
+                valid_for: holder
+                    .ttl
+                    .saturating_sub(elapsed)
+                    .saturating_sub(store.drift(holder.ttl)),
             };
             let state = KeyState::Held {
                 token: holder.token,
                 ttl: holder.ttl,
             };
-            (state, Some(holder.waiters), verdict)
+            (state, Some(waiters), verdict)
         }
-        Ok(None) => (KeyState::Free, Some(0), Verdict::Free),
+        Ok(LineView { holder: None, .. }) => (KeyState::Free, Some(0), Verdict::Free),
         Err(kind) => (KeyState::Failed(kind), None, Verdict::Indeterminate),
     };
     Inspection {
@@ -111,8 +121,15 @@ pub(crate) async fn inspect(store: &impl Inspect, resource: String) -> Inspectio
 
 /// Deletes the holder of `resource` when its token is `token` (any holder
 /// when `None`): the next in line holds the lock then.
-pub(crate) async fn unlock(store: &impl Inspect, resource: String, token: Option<&str>) -> UnlockReport {
-    let outcome = match store.delete_holder(&resource, token).await {
+pub(crate) async fn unlock<S: Inspect>(store: &S, resource: String, token: Option<&str>) -> UnlockReport {
+    let deleted = async {
+        let line = store.look(&resource).await?;
+        let Some(holder) = line.holder.filter(|h| token.is_none_or(|t| t == h.token)) else {
+            return Ok(None);
+        };
+        Ok(store.delete(&holder).await?.then_some(holder.token))
+    };
+    let outcome = match deleted.await {
         Ok(Some(token)) => UnlockOutcome::Deleted(DeletedValue::String(token)),
         Ok(None) => UnlockOutcome::NotHeld,
         Err(kind) => UnlockOutcome::Failed(kind),

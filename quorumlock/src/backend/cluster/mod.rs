@@ -23,31 +23,41 @@ pub(crate) use self::hold::ClusterHold;
 use crate::backend::Released;
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
-use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
 use crate::lock::report::ReleaseReport;
+use crate::lock::resources::Resources;
 use crate::lock::state::Held;
-use crate::tasks::Tasks;
+use crate::options::LockOptions;
 
 /// A store that is one cluster: what the shared code needs of it.
 pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
     /// What the store keeps of one held lock: its keys, its nodes.
     type Kept: Send + Sync + fmt::Debug + 'static;
 
-    /// Every request's bound.
-    fn request_timeout(&self) -> Duration;
+    /// What the store's renewal round keeps of one auto-renewed lock.
+    type Renewed: Clone + Send + Sync + 'static;
 
-    /// The client's background work.
-    fn tasks(&self) -> &Arc<Tasks>;
+    /// What a lock call's ttl becomes in the store's terms.
+    type LockTtl: Copy + Send + Sync + 'static;
 
-    /// Every lock a guard holds, for a shutdown.
-    fn holders(&self) -> &Holders<Arc<Self::Kept>>;
+    /// What every lock of the client shares: timing, tasks, renewal,
+    /// holders.
+    fn state(&self) -> &ClientState<Self::Kept, Self::Renewed>;
 
-    /// The ttl rule in the store's unit ([`crate::lock::lease::check_ttl`]).
-    fn check_ttl(&self, ttl: Duration, min_validity: Duration) -> Result<Duration>;
+    /// The ttl a lock call asks for, checked ([`ClientState::check_ttl`])
+    /// and in the store's terms; an option the store cannot honour refused.
+    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<Self::LockTtl>;
 
-    /// Stops the renewal registered as `id`.
-    fn stop_renewal(&self, id: u64);
+    /// One attempt at the lock on `resources`, in line until `deadline`
+    /// (`None`: not waiting, busy is [`Error::Held`]). Whatever it created
+    /// is deleted unless it succeeds, also when its future is dropped.
+    fn attempt<'a>(
+        self: &'a Arc<Self>,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: Self::LockTtl,
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<(Held, Self::Kept)>>;
 
     /// The store's half of an extend: the lock's keys or nodes confirmed,
     /// and made to last `ttl`; what that makes ours. [`Error::Lost`] when
@@ -85,22 +95,23 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
 
 /// Whether the client was shut down.
 pub(crate) fn is_closed(store: &impl Store) -> bool {
-    store.tasks().is_closed()
+    store.state().is_closed()
 }
 
 /// Ends the client on `store`: no new lock, every held lock given back by
 /// `deadline` (each with whether that was confirmed), the background work
 /// still running at the deadline, then what the store closes last.
 pub(crate) async fn shutdown<S: Store>(store: &Arc<S>, deadline: Instant) -> Released {
-    store.tasks().closing().cancel();
-    let outcomes = store
-        .holders()
+    let state = store.state();
+    state.tasks.closing().cancel();
+    let outcomes = state
+        .holders
         .give_back_all(|held, kept| async move {
             let given = tokio::time::timeout_at(deadline, store.give_back(&held, &kept)).await;
             matches!(given, Ok(Ok(_)))
         })
         .await;
-    let unfinished = store.tasks().close_and_wait(deadline).await;
+    let unfinished = state.tasks.close_and_wait(deadline).await;
     store.close().await;
     (outcomes, unfinished)
 }

@@ -10,16 +10,19 @@ use tokio::time::Instant;
 use super::Cluster;
 use super::keepalive::{Entry, EtcdRound};
 use super::lease::{Keys, give_back, give_back_in_background, relocate};
-use crate::backend::cluster::{self, ClusterHold};
+use super::mutex;
+use crate::backend::cluster::{self, ClientState, ClusterHold};
 use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
 use crate::lock::guard::Guard;
-use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
+use crate::lock::resources::Resources;
 use crate::lock::state::Held;
-use crate::tasks::Tasks;
+use crate::options::LockOptions;
 
 impl cluster::Store for Cluster {
     type Kept = Keys;
+    type Renewed = Arc<Entry>;
+    type LockTtl = i64;
 
     /// Registered with the renewal when `renew`.
     fn guard(self: &Arc<Self>, held: Held, keys: Keys, renew: bool, min_validity: Duration) -> Guard {
@@ -40,24 +43,22 @@ impl cluster::Store for Cluster {
         )))
     }
 
-    fn request_timeout(&self) -> Duration {
-        self.state.request_timeout
+    fn state(&self) -> &ClientState<Keys, Arc<Entry>> {
+        &self.state
     }
 
-    fn tasks(&self) -> &Arc<Tasks> {
-        &self.state.tasks
+    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<i64> {
+        mutex::lock_ttl(self, options, ttl)
     }
 
-    fn holders(&self) -> &Holders<Arc<Keys>> {
-        &self.state.holders
-    }
-
-    fn check_ttl(&self, ttl: Duration, min_validity: Duration) -> Result<Duration> {
-        self.lease_ttl(ttl, min_validity)
-    }
-
-    fn stop_renewal(&self, id: u64) {
-        self.state.renewal.unregister(id);
+    fn attempt<'a>(
+        self: &'a Arc<Self>,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: i64,
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<(Held, Keys)>> {
+        mutex::attempt(self, options, resources, ttl, deadline).boxed()
     }
 
     /// Moves the lock to a lease of `ttl` (see [`relocate`]): valid for

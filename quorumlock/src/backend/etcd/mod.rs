@@ -38,7 +38,6 @@ use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
 pub(crate) use lease::Keys;
-pub(crate) use mutex::lock;
 pub(crate) use url::EtcdUrl;
 
 use super::cluster::ClientState;
@@ -72,7 +71,7 @@ impl Cluster {
         Cluster {
             url,
             client: OnceCell::new(),
-            state: ClientState::new(timing, ETCD_MIN_REQUEST_TIMEOUT, tasks),
+            state: ClientState::new(timing, ETCD_MIN_REQUEST_TIMEOUT, LEASE_SECONDS, tasks),
         }
     }
 
@@ -148,12 +147,6 @@ impl Cluster {
     /// `sent` makes ours.
     pub(crate) fn lease(&self, sent: Instant, ttl: Duration) -> Lease {
         self.state.lease(sent, ttl, ttl)
-    }
-
-    /// The ttl rule for a lease: whole seconds, and room for the request
-    /// timeout.
-    pub(crate) fn lease_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
-        self.state.check_ttl(requested, LEASE_SECONDS, min_validity)
     }
 }
 

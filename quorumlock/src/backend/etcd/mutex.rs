@@ -8,54 +8,31 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchOptions,
 };
-use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::Cluster;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
 use crate::backend::cluster;
-use crate::backend::cluster::in_line;
 use crate::config::RENEW_DIVISOR;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
-use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 
-/// Takes the lock on `resources`: once when `waiting` is false (busy is
-/// [`Error::Held`]), otherwise waiting in line until it is ours or
-/// [`LockOptions::wait`] runs out; requests that fail are retried after the
-/// retry delay while the wait and the attempt budget last.
-///
-/// Boxed: a lock call's future is as large as the largest path it may take,
-/// and the etcd client's request state (about 12 KB) would make every Redis
-/// lock call carry and copy it (docs/benchmarks.md has the cost). A call to
-/// etcd takes a network round trip, next to which the box costs nothing.
-pub(crate) fn lock<'a>(
-    store: &'a Arc<Cluster>,
-    options: &'a LockOptions,
-    resources: &'a Resources,
-    ttl: Duration,
-    waiting: bool,
-) -> BoxFuture<'a, Result<Guard>> {
-    async move {
-        let ttl = store.lease_ttl(ttl, options.min_validity)?;
-        // At most MAX_TTL in seconds, far below i64::MAX.
-        let ttl = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-        in_line::take(store, options, waiting, |deadline| {
-            attempt(store, options, resources, ttl, deadline)
-        })
-        .await
-    }
-    .boxed()
+/// The ttl of a lock call's lease, in whole seconds: the ttl rule for a
+/// lease (rounded up to whole seconds, room for the request timeout).
+pub(crate) fn lock_ttl(store: &Cluster, options: &LockOptions, ttl: Duration) -> Result<i64> {
+    let ttl = store.state.check_ttl(ttl, options.min_validity)?;
+    // At most MAX_TTL in seconds, far below i64::MAX.
+    Ok(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// One attempt under a fresh lease. Whatever it created is revoked unless
 /// it succeeds (also when its future is dropped).
-async fn attempt(
+pub(crate) async fn attempt(
     store: &Arc<Cluster>,
     options: &LockOptions,
     resources: &Resources,

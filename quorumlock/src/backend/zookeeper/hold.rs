@@ -9,18 +9,22 @@ use tokio::time::Instant;
 
 use super::Ensemble;
 use super::heartbeat::ZooKeeperRound;
+use super::mutex;
 use super::nodes::{Nodes, give_back, give_back_in_background};
-use crate::backend::cluster::{self, ClusterHold};
+use crate::backend::cluster::{self, ClientState, ClusterHold};
 use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
 use crate::lock::guard::Guard;
-use crate::lock::holders::Holders;
 use crate::lock::lease::Lease;
+use crate::lock::resources::Resources;
 use crate::lock::state::Held;
 use crate::metrics::Loss;
-use crate::tasks::{BackgroundWork, Tasks};
+use crate::options::LockOptions;
+use crate::tasks::BackgroundWork;
 
 impl cluster::Store for Ensemble {
     type Kept = Nodes;
+    type Renewed = Arc<Nodes>;
+    type LockTtl = Duration;
 
     /// A lock that is not renewed ends at its validity: its nodes would
     /// otherwise live as long as the session, which the other locks of the
@@ -44,24 +48,22 @@ impl cluster::Store for Ensemble {
         )))
     }
 
-    fn request_timeout(&self) -> Duration {
-        self.state.request_timeout
+    fn state(&self) -> &ClientState<Nodes, Arc<Nodes>> {
+        &self.state
     }
 
-    fn tasks(&self) -> &Arc<Tasks> {
-        &self.state.tasks
+    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<Duration> {
+        mutex::lock_ttl(self, options, ttl)
     }
 
-    fn holders(&self) -> &Holders<Arc<Nodes>> {
-        &self.state.holders
-    }
-
-    fn check_ttl(&self, ttl: Duration, min_validity: Duration) -> Result<Duration> {
-        Ensemble::check_ttl(self, ttl, min_validity)
-    }
-
-    fn stop_renewal(&self, id: u64) {
-        self.state.renewal.unregister(id);
+    fn attempt<'a>(
+        self: &'a Arc<Self>,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<(Held, Nodes)>> {
+        mutex::attempt(self, options, resources, ttl, deadline).boxed()
     }
 
     /// One heartbeat for this lock (a `sync` through the leader and a read

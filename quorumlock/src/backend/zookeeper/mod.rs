@@ -36,7 +36,6 @@ use std::time::Duration;
 use tokio::time::Instant;
 use zookeeper_client::{Client, SessionState};
 
-pub(crate) use mutex::lock;
 pub(crate) use nodes::Nodes;
 pub(crate) use url::ZkUrl;
 
@@ -76,7 +75,7 @@ impl Ensemble {
         Ensemble {
             url,
             session: tokio::sync::Mutex::default(),
-            state: ClientState::new(timing, ZK_MIN_REQUEST_TIMEOUT, tasks),
+            state: ClientState::new(timing, ZK_MIN_REQUEST_TIMEOUT, TtlUnit::MILLIS, tasks),
         }
     }
 
@@ -159,13 +158,6 @@ impl Ensemble {
     pub(crate) fn lease(&self, client: &Client, sent: Instant, ttl: Duration) -> Lease {
         let trusted = client.session_timeout().mul_f64(ZK_TRUSTED_SHARE);
         self.state.lease(sent, ttl, trusted.min(ttl))
-    }
-
-    /// The ttl rule: room for the request timeout. A node lives as long as
-    /// the session, whatever the ttl, so the ttl only bounds what a guard
-    /// trusts; whole milliseconds, as the Redis backend counts.
-    pub(crate) fn check_ttl(&self, requested: Duration, min_validity: Duration) -> Result<Duration> {
-        self.state.check_ttl(requested, TtlUnit::MILLIS, min_validity)
     }
 }
 

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
@@ -13,42 +12,17 @@ use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Ensemble, ZkResult};
 use crate::backend::cluster;
-use crate::backend::cluster::in_line;
 use crate::config::zookeeper::ZK_WAITER_RECHECK;
 use crate::error::{Error, Result, Setting};
-use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 
-/// Takes the lock on `resources`: once when `waiting` is false (busy is
-/// [`Error::Held`]), otherwise waiting in line until it is ours or
-/// [`LockOptions::wait`] runs out; requests that fail are retried after the
-/// retry delay while the wait and the attempt budget last.
-///
-/// Boxed, as the etcd backend's lock is: the Redis lock calls must not
-/// carry this path's request state.
-pub(crate) fn lock<'a>(
-    store: &'a Arc<Ensemble>,
-    options: &'a LockOptions,
-    resources: &'a Resources,
-    ttl: Duration,
-    waiting: bool,
-) -> BoxFuture<'a, Result<Guard>> {
-    async move {
-        check(store, options, ttl)?;
-        in_line::take(store, options, waiting, |deadline| {
-            attempt(store, options, resources, ttl, deadline)
-        })
-        .await
-    }
-    .boxed()
-}
-
-/// What a ZooKeeper lock cannot be asked for.
-fn check(store: &Ensemble, options: &LockOptions, ttl: Duration) -> Result<()> {
-    store.check_ttl(ttl, options.min_validity)?;
+/// The ttl of a lock call, checked: the ttl rule, and what a ZooKeeper
+/// lock cannot be asked for.
+pub(crate) fn lock_ttl(store: &Ensemble, options: &LockOptions, ttl: Duration) -> Result<Duration> {
+    let ttl = store.state.check_ttl(ttl, options.min_validity)?;
     if options.min_hold.is_some() {
         return Err(Error::config(
             Setting::MinHold,
@@ -56,12 +30,12 @@ fn check(store: &Ensemble, options: &LockOptions, ttl: Duration) -> Result<()> {
              a ZooKeeper lock's nodes end with its client's session",
         ));
     }
-    Ok(())
+    Ok(ttl)
 }
 
 /// One attempt. Whatever it created is deleted unless it succeeds (also
 /// when its future is dropped).
-async fn attempt(
+pub(crate) async fn attempt(
     store: &Arc<Ensemble>,
     options: &LockOptions,
     resources: &Resources,
