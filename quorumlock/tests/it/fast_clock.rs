@@ -199,6 +199,19 @@ async fn plain_acquisitions_send_no_clock_reading_of_their_own() {
         },
     )
     .await;
+    // An acquisition returns once a majority granted it: the last SET to a
+    // slower node may still be on its way when the loop ends.
+    eventually(
+        "every acquisition's SET reached every node",
+        Duration::from_secs(2),
+        || {
+            nodes
+                .iter()
+                .zip(&sets_before)
+                .all(|(node, before)| calls(node, "set") - before >= cycles)
+        },
+    )
+    .await;
     for ((node, before), sets_before) in nodes.iter().zip(&before).zip(&sets_before) {
         let (times, sets) = (calls(node, "time") - before, calls(node, "set") - sets_before);
         assert_eq!(sets, cycles, "one SET per acquisition");
