@@ -7,14 +7,22 @@ source scripts/ensure-redis.sh
 source scripts/ensure-etcd.sh
 source scripts/ensure-zookeeper.sh
 
+# Runs a step and prints its wall time when it ends, so that a slow run
+# says where the time went.
+step() {
+  local started=$SECONDS
+  "$@"
+  echo "test.sh: $((SECONDS - started)) s for: $*" >&2
+}
+
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
 else
   echo "rustfmt not installed: skipping the format check" >&2
 fi
 if cargo clippy --version >/dev/null 2>&1; then
-  cargo clippy --all-targets --all-features -- -D warnings
-  cargo clippy -p quorumlock-model --all-targets -- -D warnings
+  step cargo clippy --all-targets --all-features -- -D warnings
+  step cargo clippy -p quorumlock-model --all-targets -- -D warnings
 else
   echo "clippy not installed: skipping lints" >&2
 fi
@@ -25,37 +33,39 @@ fi
 # ZooKeeper and tls. One feature set for every test, so that one build serves
 # them all; it is the clippy run's above, whose build scripts and proc macros
 # it reuses. Every test binary runs, so that one failure does not hide another.
-cargo test --no-fail-fast --all-features
+step cargo test --no-fail-fast --all-features
 # The protocol model: the safe configurations explored exhaustively and the
 # negative controls' counterexamples (release build: about a minute on 2 cores).
-cargo test --release -p quorumlock-model
+step cargo test --release -p quorumlock-model
 # The API docs build without a broken link.
-RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
+step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 # Each store's feature must keep compiling without the other's (the code that
 # names them lives in the library's backend/ and the CLI's check/); no
 # feature at all is the build below. tls and blocking ride along.
-cargo check -p quorumlock --features etcd,tls,blocking
-cargo check -p quorumlock --features zookeeper
-cargo check -p quorumlock-cli --features zookeeper,tls,demo
+step cargo check -p quorumlock --features etcd,tls,blocking
+step cargo check -p quorumlock --features zookeeper
+step cargo check -p quorumlock-cli --features zookeeper,tls,demo
 # Without `tls`, rediss:// is a configuration error of the library and a usage
 # error of the binary: the two tests of that (#[cfg(not(feature = "tls"))])
 # need a build without it. Default features, and the workspace's packages
 # (no -p) for the examples and benchmarks below, which share this build.
-cargo test -p quorumlock -p quorumlock-cli --test it -- --exact config::tls_urls_need_the_tls_feature \
+step cargo test -p quorumlock -p quorumlock-cli --test it -- --exact config::tls_urls_need_the_tls_feature \
   exit_statuses::tls_options_without_the_tls_feature_are_a_usage_error
 # Examples in their short mode, against local nodes they start; each asserts its outcome.
 for example in cron_guard api_key_pool inventory document_worker; do
-  cargo run --quiet --example "$example" -- --short
+  step cargo run --quiet --example "$example" -- --short
 done
-cargo run --quiet --example inventory -- --short --restart
+step cargo run --quiet --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
-cargo test --bench latency -- --smoke
-cargo test --bench watchdog -- --smoke
-cargo test --bench throughput -- --smoke
-cargo test --bench cycle_profile -- --smoke
-cargo test --bench cycle_profile -- --smoke raw
-cargo test --bench criterion_lock
+step cargo test --bench latency -- --smoke
+step cargo test --bench watchdog -- --smoke
+step cargo test --bench throughput -- --smoke
+step cargo test --bench cycle_profile -- --smoke
+step cargo test --bench cycle_profile -- --smoke raw
+step cargo test --bench criterion_lock
 # The comparison with the peer crates (a package of its own, so that the
 # commands above never compile them), every scenario with tiny counts; it
 # writes to a temp dir, not to docs/.
-cargo run --quiet -p quorumlock-compare -- --smoke
+step cargo run --quiet -p quorumlock-compare -- --smoke
+
+echo "test.sh: passed in $SECONDS s" >&2
