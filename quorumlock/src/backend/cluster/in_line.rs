@@ -8,7 +8,7 @@ use std::time::Duration;
 use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
-use super::{Store, is_closed};
+use super::{Recipe, is_closed};
 use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
@@ -27,7 +27,7 @@ use crate::random;
 /// 12 KB) would make every Redis lock call carry and copy it
 /// (docs/benchmarks.md has the cost). A call to such a store takes a
 /// network round trip, next to which the box costs nothing.
-pub(crate) fn lock<'a, S: Store>(
+pub(crate) fn lock<'a, S: Recipe>(
     store: &'a Arc<S>,
     options: &'a LockOptions,
     resources: &'a Resources,
@@ -55,7 +55,7 @@ pub(crate) fn lock<'a, S: Store>(
 ///
 /// A waiter whose place vanished ([`Error::Lost`]: the store expired its
 /// lease or session, a long failover) that may not try again gets
-/// [`Store::lost_in_line`] instead, which says why it gave up.
+/// [`Recipe::lost_in_line`] instead, which says why it gave up.
 async fn take<S, F, Fut>(
     store: &Arc<S>,
     options: &LockOptions,
@@ -63,7 +63,7 @@ async fn take<S, F, Fut>(
     mut attempt: F,
 ) -> Result<Guard>
 where
-    S: Store,
+    S: Recipe,
     F: FnMut(Option<Instant>) -> Fut,
     Fut: Future<Output = Result<(Held, S::Kept)>>,
 {

@@ -1,6 +1,7 @@
 //! What the two stores that are one cluster each (etcd, ZooKeeper) share:
 //! the cluster counts as one member, whose own quorum (Raft, ZAB) replaces
-//! the Redlock majority. Each is a [`Store`]; a guard's hold on either is a
+//! the Redlock majority. Each is a [`Store`] that takes its locks by a
+//! [`Recipe`]; a guard's hold on either is a
 //! [`ClusterHold`], and a shutdown of either is [`shutdown`]: written once,
 //! with the errors in a member-of-one's terms.
 
@@ -28,6 +29,7 @@ use crate::lock::report::ReleaseReport;
 use crate::lock::resources::Resources;
 use crate::lock::state::Held;
 use crate::options::LockOptions;
+use crate::tasks::BackgroundWork;
 
 /// A store that is one cluster: what the shared code needs of it.
 pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
@@ -37,27 +39,9 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
     /// What the store's renewal round keeps of one auto-renewed lock.
     type Renewed: Clone + Send + Sync + 'static;
 
-    /// What a lock call's ttl becomes in the store's terms.
-    type LockTtl: Copy + Send + Sync + 'static;
-
     /// What every lock of the client shares: timing, tasks, renewal,
     /// holders.
     fn state(&self) -> &ClientState<Self::Kept, Self::Renewed>;
-
-    /// The ttl a lock call asks for, checked ([`ClientState::check_ttl`])
-    /// and in the store's terms; an option the store cannot honour refused.
-    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<Self::LockTtl>;
-
-    /// One attempt at the lock on `resources`, in line until `deadline`
-    /// (`None`: not waiting, busy is [`Error::Held`]). Whatever it created
-    /// is deleted unless it succeeds, also when its future is dropped.
-    fn attempt<'a>(
-        self: &'a Arc<Self>,
-        options: &'a LockOptions,
-        resources: &'a Resources,
-        ttl: Self::LockTtl,
-        deadline: Option<Instant>,
-    ) -> BoxFuture<'a, Result<(Held, Self::Kept)>>;
 
     /// The store's half of an extend: the lock's keys or nodes confirmed,
     /// and made to last `ttl`; what that makes ours. [`Error::Lost`] when
@@ -77,20 +61,51 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
         kept: &'a Arc<Self::Kept>,
     ) -> BoxFuture<'a, Result<Option<Instant>>>;
 
-    /// [`Store::give_back`] as tracked background work.
-    fn give_back_in_background(self: &Arc<Self>, held: &Arc<Held>, kept: &Arc<Self::Kept>);
+    /// [`Store::give_back`] as tracked background work (a dropped guard, a
+    /// lost lock): a give-back that fails has left its own retries running.
+    fn give_back_in_background(self: &Arc<Self>, held: &Arc<Held>, kept: &Arc<Self::Kept>) {
+        let (store, held, kept) = (Arc::clone(self), Arc::clone(held), Arc::clone(kept));
+        self.state()
+            .tasks
+            .spawn_if_running(BackgroundWork::Release, async move {
+                if let Err(error) = store.give_back(&held, &kept).await {
+                    tracing::debug!(%error, ?store, "release failed; trying again in the background");
+                }
+            });
+    }
 
     /// The guard of a lock `attempt` took: registered with the store's
     /// holders, and with its renewal when `renew`.
     fn guard(self: &Arc<Self>, held: Held, kept: Self::Kept, renew: bool, min_validity: Duration) -> Guard;
 
-    /// The error of a waiter whose place in line vanished and that may not
-    /// try again: why it gave up, in the store's words.
-    fn lost_in_line(&self) -> Error;
-
     /// What a shutdown ends last, once the locks are given back and the
     /// background work is done (a ZooKeeper session).
     fn close(&self) -> BoxFuture<'_, ()>;
+}
+
+/// How a one-cluster store takes a lock: its recipe.
+pub(crate) trait Recipe: Store {
+    /// What a lock call's ttl becomes in the store's terms.
+    type LockTtl: Copy + Send + Sync + 'static;
+
+    /// The ttl a lock call asks for, checked ([`ClientState::check_ttl`])
+    /// and in the store's terms; an option the store cannot honour refused.
+    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<Self::LockTtl>;
+
+    /// One attempt at the lock on `resources`, in line until `deadline`
+    /// (`None`: not waiting, busy is [`Error::Held`]). Whatever it created
+    /// is deleted unless it succeeds, also when its future is dropped.
+    fn attempt<'a>(
+        self: &'a Arc<Self>,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: Self::LockTtl,
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<(Held, Self::Kept)>>;
+
+    /// The error of a waiter whose place in line vanished and that may not
+    /// try again: why it gave up, in the store's words.
+    fn lost_in_line(&self) -> Error;
 }
 
 /// Whether the client was shut down.

@@ -9,20 +9,16 @@ use tokio::time::Instant;
 
 use super::Cluster;
 use super::keepalive::{Entry, EtcdRound};
-use super::lease::{Keys, give_back, give_back_in_background, relocate};
-use super::mutex;
+use super::lease::{Keys, give_back, relocate};
 use crate::backend::cluster::{self, ClientState, ClusterHold};
-use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
+use crate::error::Result;
 use crate::lock::guard::Guard;
 use crate::lock::lease::Lease;
-use crate::lock::resources::Resources;
 use crate::lock::state::Held;
-use crate::options::LockOptions;
 
 impl cluster::Store for Cluster {
     type Kept = Keys;
     type Renewed = Arc<Entry>;
-    type LockTtl = i64;
 
     /// Registered with the renewal when `renew`.
     fn guard(self: &Arc<Self>, held: Held, keys: Keys, renew: bool, min_validity: Duration) -> Guard {
@@ -36,29 +32,8 @@ impl cluster::Store for Cluster {
         ClusterHold::guard(self, held, keys, renewal, min_validity)
     }
 
-    /// Our key vanished while we waited: the lease lapsed.
-    fn lost_in_line(&self) -> Error {
-        self.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
-            "the waiter's lease expired while it waited",
-        )))
-    }
-
     fn state(&self) -> &ClientState<Keys, Arc<Entry>> {
         &self.state
-    }
-
-    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<i64> {
-        mutex::lock_ttl(self, options, ttl)
-    }
-
-    fn attempt<'a>(
-        self: &'a Arc<Self>,
-        options: &'a LockOptions,
-        resources: &'a Resources,
-        ttl: i64,
-        deadline: Option<Instant>,
-    ) -> BoxFuture<'a, Result<(Held, Keys)>> {
-        mutex::attempt(self, options, resources, ttl, deadline).boxed()
     }
 
     /// Moves the lock to a lease of `ttl` (see [`relocate`]): valid for
@@ -83,10 +58,6 @@ impl cluster::Store for Cluster {
         keys: &'a Arc<Keys>,
     ) -> BoxFuture<'a, Result<Option<Instant>>> {
         give_back(self, held, keys).boxed()
-    }
-
-    fn give_back_in_background(self: &Arc<Self>, held: &Arc<Held>, keys: &Arc<Keys>) {
-        give_back_in_background(self, held, keys);
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

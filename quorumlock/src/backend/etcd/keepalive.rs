@@ -14,7 +14,8 @@ use tokio::time::Instant;
 
 use super::Cluster;
 use super::keeper::{Keeper, KeptAlive};
-use super::lease::{Keys, give_back_in_background};
+use super::lease::Keys;
+use crate::backend::cluster::Store as _;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{NodeErrorKind, Result};
 use crate::lock::renewal::{Outcome, Renewed, Round};
@@ -65,7 +66,7 @@ impl Round for EtcdRound {
     }
 
     fn give_back(&self, held: &Arc<Held>, entry: &Arc<Entry>) {
-        give_back_in_background(&self.0, held, &entry.keys);
+        self.0.give_back_in_background(held, &entry.keys);
     }
 }
 

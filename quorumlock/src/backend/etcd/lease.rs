@@ -130,19 +130,6 @@ pub(crate) fn revoke_in_background(store: &Arc<Cluster>, lease: i64, ttl: Durati
         });
 }
 
-/// Gives `held` back in the background (a dropped guard, a lost lock).
-pub(crate) fn give_back_in_background(store: &Arc<Cluster>, held: &Arc<Held>, keys: &Arc<Keys>) {
-    let (task_store, held, keys) = (Arc::clone(store), Arc::clone(held), Arc::clone(keys));
-    store
-        .state
-        .tasks
-        .spawn_if_running(BackgroundWork::Release, async move {
-            if let Err(error) = give_back(&task_store, &held, &keys).await {
-                tracing::debug!(%error, "etcd release failed; trying again in the background");
-            }
-        });
-}
-
 /// Attaches every key of the lock to a new lease of `seconds`, if every key
 /// is still ours, and revokes the old lease. Returns when the new lease's
 /// grant was sent and its ttl. The keys keep their create revisions, so

@@ -8,12 +8,13 @@ use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp,
     TxnOpResponse, TxnResponse, WatchOptions,
 };
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
 use super::Cluster;
 use super::keeper::{Keeper, KeptAlive};
 use super::lease::{Keys, Owned, all_present, revoke_in_background};
-use crate::backend::cluster;
+use crate::backend::cluster::{self, Recipe};
 use crate::config::RENEW_DIVISOR;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
@@ -22,17 +23,38 @@ use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 
-/// The ttl of a lock call's lease, in whole seconds: the ttl rule for a
-/// lease (rounded up to whole seconds, room for the request timeout).
-pub(crate) fn lock_ttl(store: &Cluster, options: &LockOptions, ttl: Duration) -> Result<i64> {
-    let ttl = store.state.check_ttl(ttl, options.min_validity)?;
-    // At most MAX_TTL in seconds, far below i64::MAX.
-    Ok(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+impl Recipe for Cluster {
+    type LockTtl = i64;
+
+    /// The ttl of a lock call's lease, in whole seconds: the ttl rule for a
+    /// lease (rounded up to whole seconds, room for the request timeout).
+    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<i64> {
+        let ttl = self.state.check_ttl(ttl, options.min_validity)?;
+        // At most MAX_TTL in seconds, far below i64::MAX.
+        Ok(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+    }
+
+    fn attempt<'a>(
+        self: &'a Arc<Self>,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: i64,
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<(Held, Keys)>> {
+        attempt(self, options, resources, ttl, deadline).boxed()
+    }
+
+    /// Our key vanished while we waited: the lease lapsed.
+    fn lost_in_line(&self) -> Error {
+        self.unreachable(NodeErrorKind::Etcd(StoreFailure::new(
+            "the waiter's lease expired while it waited",
+        )))
+    }
 }
 
 /// One attempt under a fresh lease. Whatever it created is revoked unless
 /// it succeeds (also when its future is dropped).
-pub(crate) async fn attempt(
+async fn attempt(
     store: &Arc<Cluster>,
     options: &LockOptions,
     resources: &Resources,

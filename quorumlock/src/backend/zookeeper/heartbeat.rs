@@ -13,8 +13,9 @@ use std::time::Duration;
 use futures::future::join_all;
 use tokio::time::Instant;
 
-use super::nodes::{Nodes, give_back_in_background};
+use super::nodes::Nodes;
 use super::{Ensemble, ZkResult};
+use crate::backend::cluster::Store as _;
 use crate::config::zookeeper::ZK_RETRY;
 use crate::lock::renewal::{Outcome, Renewed, Round};
 use crate::lock::state::Held;
@@ -40,7 +41,7 @@ impl Round for ZooKeeperRound {
     }
 
     fn give_back(&self, held: &Arc<Held>, nodes: &Arc<Nodes>) {
-        give_back_in_background(&self.0, held, nodes);
+        self.0.give_back_in_background(held, nodes);
     }
 }
 

@@ -9,22 +9,18 @@ use tokio::time::Instant;
 
 use super::Ensemble;
 use super::heartbeat::ZooKeeperRound;
-use super::mutex;
-use super::nodes::{Nodes, give_back, give_back_in_background};
+use super::nodes::{Nodes, give_back};
 use crate::backend::cluster::{self, ClientState, ClusterHold};
-use crate::error::{Error, NodeErrorKind, Result, StoreFailure};
+use crate::error::Result;
 use crate::lock::guard::Guard;
 use crate::lock::lease::Lease;
-use crate::lock::resources::Resources;
 use crate::lock::state::Held;
 use crate::metrics::Loss;
-use crate::options::LockOptions;
 use crate::tasks::BackgroundWork;
 
 impl cluster::Store for Ensemble {
     type Kept = Nodes;
     type Renewed = Arc<Nodes>;
-    type LockTtl = Duration;
 
     /// A lock that is not renewed ends at its validity: its nodes would
     /// otherwise live as long as the session, which the other locks of the
@@ -41,29 +37,8 @@ impl cluster::Store for Ensemble {
         ClusterHold::guard(self, held, nodes, renewal, min_validity)
     }
 
-    /// Our node vanished while we waited: the session expired.
-    fn lost_in_line(&self) -> Error {
-        self.unreachable(NodeErrorKind::ZooKeeper(StoreFailure::new(
-            "the waiter's session expired while it waited",
-        )))
-    }
-
     fn state(&self) -> &ClientState<Nodes, Arc<Nodes>> {
         &self.state
-    }
-
-    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<Duration> {
-        mutex::lock_ttl(self, options, ttl)
-    }
-
-    fn attempt<'a>(
-        self: &'a Arc<Self>,
-        options: &'a LockOptions,
-        resources: &'a Resources,
-        ttl: Duration,
-        deadline: Option<Instant>,
-    ) -> BoxFuture<'a, Result<(Held, Nodes)>> {
-        mutex::attempt(self, options, resources, ttl, deadline).boxed()
     }
 
     /// One heartbeat for this lock (a `sync` through the leader and a read
@@ -100,10 +75,6 @@ impl cluster::Store for Ensemble {
         async move { give_back(self, held, nodes).await.map(|()| None) }.boxed()
     }
 
-    fn give_back_in_background(self: &Arc<Self>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
-        give_back_in_background(self, held, nodes);
-    }
-
     /// The session, which deletes any node of it left.
     fn close(&self) -> BoxFuture<'_, ()> {
         async {
@@ -133,7 +104,7 @@ fn end_at_validity(store: &Arc<Ensemble>, held: &Arc<Held>, nodes: &Arc<Nodes>) 
                 if Instant::now() >= held.valid_until() {
                     held.mark_lost(Loss::ValidityRanOut);
                     if held.claim_release() {
-                        give_back_in_background(&task_store, &held, &nodes);
+                        cluster::Store::give_back_in_background(&task_store, &held, &nodes);
                     }
                     return;
                 }

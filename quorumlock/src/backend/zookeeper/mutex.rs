@@ -5,37 +5,59 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 use zookeeper_client::{Acls, Client, CreateMode};
 
 use super::line::{LOCK_MARK, line};
 use super::nodes::{Nodes, Owned, delete_by_token};
 use super::{Ensemble, ZkResult};
-use crate::backend::cluster;
+use crate::backend::cluster::{self, Recipe};
 use crate::config::zookeeper::ZK_WAITER_RECHECK;
-use crate::error::{Error, Result, Setting};
+use crate::error::{Error, NodeErrorKind, Result, Setting, StoreFailure};
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
 use crate::random;
 
-/// The ttl of a lock call, checked: the ttl rule, and what a ZooKeeper
-/// lock cannot be asked for.
-pub(crate) fn lock_ttl(store: &Ensemble, options: &LockOptions, ttl: Duration) -> Result<Duration> {
-    let ttl = store.state.check_ttl(ttl, options.min_validity)?;
-    if options.min_hold.is_some() {
-        return Err(Error::config(
-            Setting::MinHold,
-            "a minimum hold needs lock keys that outlive the client (Redis or etcd nodes); \
-             a ZooKeeper lock's nodes end with its client's session",
-        ));
+impl Recipe for Ensemble {
+    type LockTtl = Duration;
+
+    /// The ttl of a lock call, checked: the ttl rule, and what a ZooKeeper
+    /// lock cannot be asked for.
+    fn lock_ttl(&self, options: &LockOptions, ttl: Duration) -> Result<Duration> {
+        let ttl = self.state.check_ttl(ttl, options.min_validity)?;
+        if options.min_hold.is_some() {
+            return Err(Error::config(
+                Setting::MinHold,
+                "a minimum hold needs lock keys that outlive the client (Redis or etcd nodes); \
+                 a ZooKeeper lock's nodes end with its client's session",
+            ));
+        }
+        Ok(ttl)
     }
-    Ok(ttl)
+
+    fn attempt<'a>(
+        self: &'a Arc<Self>,
+        options: &'a LockOptions,
+        resources: &'a Resources,
+        ttl: Duration,
+        deadline: Option<Instant>,
+    ) -> BoxFuture<'a, Result<(Held, Nodes)>> {
+        attempt(self, options, resources, ttl, deadline).boxed()
+    }
+
+    /// Our node vanished while we waited: the session expired.
+    fn lost_in_line(&self) -> Error {
+        self.unreachable(NodeErrorKind::ZooKeeper(StoreFailure::new(
+            "the waiter's session expired while it waited",
+        )))
+    }
 }
 
 /// One attempt. Whatever it created is deleted unless it succeeds (also
 /// when its future is dropped).
-pub(crate) async fn attempt(
+async fn attempt(
     store: &Arc<Ensemble>,
     options: &LockOptions,
     resources: &Resources,

@@ -151,16 +151,3 @@ async fn delete_named(store: &Ensemble, parents: &[String], token: &str) -> Resu
     }
     Ok(())
 }
-
-/// Gives `held` back in the background (a dropped guard, a lost lock).
-pub(crate) fn give_back_in_background(store: &Arc<Ensemble>, held: &Arc<Held>, nodes: &Arc<Nodes>) {
-    let (task_store, held, nodes) = (Arc::clone(store), Arc::clone(held), Arc::clone(nodes));
-    store
-        .state
-        .tasks
-        .spawn_if_running(BackgroundWork::Release, async move {
-            if let Err(error) = give_back(&task_store, &held, &nodes).await {
-                tracing::debug!(%error, "ZooKeeper release failed; trying again in the background");
-            }
-        });
-}
