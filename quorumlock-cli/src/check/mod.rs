@@ -1,23 +1,19 @@
 //! `quorumlock check`: is each node fit to take part in a Redlock quorum?
 //!
 //! Asks every node at once for its latency, version, role, persistence and
-//! clock ([`node`]), tries every command the library sends it, as the user
-//! of the node URL, on throwaway keys and a throwaway channel ([`access`]),
-//! and looks at the lock keys given with `--key` ([`keys`]). Prints one
+//! clock ([`redis::node`]), tries every command the library sends it, as the user
+//! of the node URL, on throwaway keys and a throwaway channel
+//! ([`redis::access`]),
+//! and looks at the lock keys given with `--key` ([`redis::keys`]). Prints one
 //! table row per node, then each warning or error with the reason it
 //! matters for the lock's safety, or all of it as one JSON object
 //! ([`output`]).
 
-mod access;
-mod command;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod help;
-mod keys;
-mod member;
-mod node;
 mod output;
-mod shard;
+mod redis;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
@@ -27,6 +23,7 @@ use std::time::Duration;
 use crate::duration;
 use crate::exit::Exit;
 use crate::{Nodes, fail};
+use redis::{keys, member, node};
 
 /// Options of `quorumlock check`.
 #[derive(clap::Args, Debug)]

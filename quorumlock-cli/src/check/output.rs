@@ -5,8 +5,8 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::keys::KeyState;
-use super::member;
+use super::redis::keys::KeyState;
+use super::redis::member;
 use super::{Finding, Level, Report, Summary};
 
 /// The table, each key's state per node, every finding and the verdict.

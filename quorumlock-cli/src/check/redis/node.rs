@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::command::query;
 use super::shard::{self, Shard};
-use super::{Args, Report, access, keys};
+use super::{access, keys};
+use crate::check::{Args, Report};
 use crate::duration::show;
 use crate::nodes::Resolved;
 
@@ -20,7 +21,7 @@ const SAMPLES: usize = 5;
 
 /// Connects to one server and fills a report; never fails, problems go
 /// into it. `shard` says which cluster the server is a primary of, if any.
-pub(super) async fn probe(
+pub(in crate::check) async fn probe(
     url: &str,
     nodes: &Resolved,
     args: &Args,

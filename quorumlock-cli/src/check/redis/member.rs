@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::node;
 use super::shard::Shard;
-use super::{Args, Report};
+use crate::check::{Args, Report};
 use crate::duration::show;
 use crate::nodes::{Resolved, is_redis_cluster, is_sentinel};
 
@@ -19,7 +19,7 @@ use crate::nodes::{Resolved, is_redis_cluster, is_sentinel};
 const SLOTS: usize = 16384;
 
 /// Whether `url` names a Redis Cluster or a Sentinel-managed master.
-pub(super) fn is_member(url: &str) -> bool {
+pub(in crate::check) fn is_member(url: &str) -> bool {
     is_redis_cluster(url) || is_sentinel(url)
 }
 
@@ -91,7 +91,7 @@ impl Parts<'_> {
 
 /// Asks the member what it is made of and probes its servers; never fails,
 /// problems go into the report.
-pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Duration) -> Report {
+pub(in crate::check) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Duration) -> Report {
     let parts = parts(url);
     let mut report = Report {
         name: parts.name(),
@@ -221,7 +221,7 @@ fn show_ranges<T: PartialEq + std::fmt::Display>(ranges: &[(T, T)]) -> String {
 }
 
 /// What a member is made of, for the human output; `None` for a server.
-pub(super) fn describe(layout: &MemberLayout) -> Option<String> {
+pub(in crate::check) fn describe(layout: &MemberLayout) -> Option<String> {
     match layout {
         MemberLayout::Server => None,
         MemberLayout::Cluster { primaries } => {
@@ -239,7 +239,7 @@ pub(super) fn describe(layout: &MemberLayout) -> Option<String> {
 }
 
 /// The same as JSON fields: `kind`, and the primaries or the master.
-pub(super) fn json(layout: &MemberLayout) -> Value {
+pub(in crate::check) fn json(layout: &MemberLayout) -> Value {
     match layout {
         MemberLayout::Server => json!({"kind": "server"}),
         MemberLayout::Cluster { primaries } => json!({
