@@ -138,7 +138,7 @@ pub(super) async fn inspect(
 /// Marks every key of `keys` that the node was not asked about (it was
 /// unreachable, or failed first) as unknown, so that every node lists
 /// every key.
-pub(in crate::check) fn fill_unknown(report: &mut Report, keys: &[String]) {
+pub(super) fn fill_unknown(report: &mut Report, keys: &[String]) {
     for key in keys {
         if !report.keys.iter().any(|k| &k.key == key) {
             report.keys.push(unknown(key));

@@ -19,7 +19,7 @@ use crate::nodes::{Resolved, is_redis_cluster, is_sentinel};
 const SLOTS: usize = 16384;
 
 /// Whether `url` names a Redis Cluster or a Sentinel-managed master.
-pub(in crate::check) fn is_member(url: &str) -> bool {
+pub(super) fn is_member(url: &str) -> bool {
     is_redis_cluster(url) || is_sentinel(url)
 }
 
@@ -91,7 +91,7 @@ impl Parts<'_> {
 
 /// Asks the member what it is made of and probes its servers; never fails,
 /// problems go into the report.
-pub(in crate::check) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Duration) -> Report {
+pub(super) async fn probe(url: &str, nodes: &Resolved, args: &Args, drift: Duration) -> Report {
     let parts = parts(url);
     let mut report = Report {
         name: parts.name(),

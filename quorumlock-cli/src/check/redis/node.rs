@@ -21,7 +21,7 @@ const SAMPLES: usize = 5;
 
 /// Connects to one server and fills a report; never fails, problems go
 /// into it. `shard` says which cluster the server is a primary of, if any.
-pub(in crate::check) async fn probe(
+pub(super) async fn probe(
     url: &str,
     nodes: &Resolved,
     args: &Args,

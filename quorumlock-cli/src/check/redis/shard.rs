@@ -6,7 +6,7 @@ use quorumlock::probe::MemberLayout;
 /// A primary of a cluster member: the cluster as it answered, and the
 /// primary's address (`host:port`) in it.
 #[derive(Clone, Copy)]
-pub(in crate::check) struct Shard<'a> {
+pub(super) struct Shard<'a> {
     pub(super) layout: &'a MemberLayout,
     pub(super) address: &'a str,
 }
