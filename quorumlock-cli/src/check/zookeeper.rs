@@ -278,8 +278,18 @@ mod tests {
         }
     }
 
-    fn codes(probes: &[ServerProbe], ops: Result<(), String>) -> Vec<&'static str> {
-        assess(probes, ops).codes(&ZOOKEEPER)
+    /// The codes found on servers in these modes: "electing" for one that
+    /// answers but serves nobody, "dead" for one that does not answer.
+    fn codes(modes: &[&str], ops: Result<(), String>) -> Vec<&'static str> {
+        let probes: Vec<ServerProbe> = modes
+            .iter()
+            .map(|&mode| match mode {
+                "dead" => dead(),
+                "electing" => probe(None),
+                mode => probe(Some(mode)),
+            })
+            .collect();
+        assess(&probes, ops).codes(&ZOOKEEPER)
     }
 
     #[test]
@@ -309,26 +319,20 @@ mod tests {
 
     #[test]
     fn a_healthy_ensemble_has_no_finding() {
-        let probes = [
-            probe(Some("follower")),
-            probe(Some("leader")),
-            probe(Some("follower")),
-        ];
-        assert!(codes(&probes, Ok(())).is_empty());
-        assert!(codes(&[probe(Some("standalone"))], Ok(())).is_empty());
+        assert!(codes(&["follower", "leader", "follower"], Ok(())).is_empty());
+        assert!(codes(&["standalone"], Ok(())).is_empty());
     }
 
     #[test]
     fn a_dead_server_of_three_is_an_error_row_but_the_majority_stands() {
-        let probes = [probe(Some("leader")), dead(), probe(Some("follower"))];
-        assert_eq!(codes(&probes, Ok(())), ["unreachable"]);
+        assert_eq!(codes(&["leader", "dead", "follower"], Ok(())), ["unreachable"]);
     }
 
     #[test]
     fn servers_electing_a_leader_are_no_majority() {
-        let probes = [probe(None), dead(), probe(None)];
+        let timed_out = || Err("lock: timed out".into());
         assert_eq!(
-            codes(&probes, Err("lock: timed out".into())),
+            codes(&["electing", "dead", "electing"], timed_out()),
             [
                 "not_serving",
                 "unreachable",
@@ -338,9 +342,8 @@ mod tests {
                 "no_majority"
             ]
         );
-        let nobody = [dead(), dead(), dead()];
         assert_eq!(
-            codes(&nobody, Err("lock: timed out".into())),
+            codes(&["dead", "dead", "dead"], timed_out()),
             [
                 "unreachable",
                 "unreachable",
@@ -353,44 +356,21 @@ mod tests {
 
     #[test]
     fn followers_without_a_listed_leader_are_an_error() {
-        let probes = [
-            probe(Some("follower")),
-            probe(Some("follower")),
-            probe(Some("follower")),
-        ];
-        assert_eq!(codes(&probes, Ok(())), ["no_leader"]);
+        assert_eq!(codes(&["follower"; 3], Ok(())), ["no_leader"]);
     }
 
     #[test]
     fn servers_of_different_ensembles_are_an_error() {
-        let standalones = [
-            probe(Some("standalone")),
-            probe(Some("standalone")),
-            probe(Some("standalone")),
-        ];
-        assert_eq!(codes(&standalones, Ok(())), ["several_ensembles"]);
-        let mixed = [
-            probe(Some("standalone")),
-            probe(Some("follower")),
-            probe(Some("leader")),
-        ];
-        assert_eq!(codes(&mixed, Ok(())), ["several_ensembles"]);
+        let several = ["several_ensembles"];
+        assert_eq!(codes(&["standalone"; 3], Ok(())), several);
+        assert_eq!(codes(&["standalone", "follower", "leader"], Ok(())), several);
     }
 
     #[test]
     fn a_read_only_server_and_an_even_list_are_reported() {
-        let probes = [
-            probe(Some("leader")),
-            probe(Some("follower")),
-            probe(Some("read-only")),
-        ];
-        assert_eq!(codes(&probes, Ok(())), ["read_only"]);
-        let four = [
-            probe(Some("leader")),
-            probe(Some("follower")),
-            probe(Some("follower")),
-            probe(Some("follower")),
-        ];
-        assert_eq!(codes(&four, Ok(())), ["even_servers"]);
+        let read_only = codes(&["leader", "follower", "read-only"], Ok(()));
+        assert_eq!(read_only, ["read_only"]);
+        let four = codes(&["leader", "follower", "follower", "follower"], Ok(()));
+        assert_eq!(four, ["even_servers"]);
     }
 }
