@@ -18,6 +18,7 @@ mod nodes;
 mod run;
 mod say;
 mod status;
+mod table;
 mod tls;
 mod unlock;
 

@@ -195,29 +195,7 @@ fn table(reports: &[Report], store: &Store) -> String {
                 .collect()
         })
         .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].chars().count())
-                .chain([header[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &[&str]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", padded.join("  ").trim_end());
-    };
-    line(&mut out, &header);
-    for row in &rows {
-        line(&mut out, &row.iter().map(String::as_str).collect::<Vec<_>>());
-    }
-    out
+    crate::table::aligned(&header, &rows, "")
 }
 
 /// `s`, or a dash for a value not known.
