@@ -1,11 +1,14 @@
-//! `quorumlock check`: is each node fit to take part in a Redlock quorum?
+//! `quorumlock check`: is each node fit to take part in a Redlock quorum,
+//! or each member of the etcd cluster or server of the ZooKeeper ensemble
+//! fit to serve the lock?
 //!
-//! Asks every node at once for its latency, version, role, persistence and
-//! clock ([`redis::node`]), tries every command the library sends it, as the user
-//! of the node URL, on throwaway keys and a throwaway channel
-//! ([`redis::access`]),
-//! and looks at the lock keys given with `--key` ([`redis::keys`]). Prints one
-//! table row per node, then each warning or error with the reason it
+//! What is asked differs by store: Redis nodes ([`redis`]: latency,
+//! version, role, persistence, clock, permissions and the `--key` states),
+//! an etcd cluster ([`etcd`]) or a ZooKeeper ensemble ([`zookeeper`]),
+//! with what those two share in [`cluster`]. What is made of the answers
+//! is the same for all: a [`Report`] per row with its findings, the
+//! findings about the count of rows and the verdict ([`summarize`]), and
+//! one table row per node, then each warning or error with the reason it
 //! matters for the lock's safety, or all of it as one JSON object
 //! ([`output`]).
 
