@@ -4,7 +4,7 @@
 //! man page made from its definition.
 
 // Unsafe only in `sys`'s wrappers of libc calls, and where the command's
-// process is given its step between fork and exec (`start::spawn`).
+// process is given its step between fork and exec (`run::start::spawn`).
 #![deny(unsafe_code)]
 
 mod check;
@@ -13,16 +13,12 @@ mod completions;
 mod demo;
 mod duration;
 mod exit;
-mod guardian;
 mod man;
 mod nodes;
-mod reap;
 mod run;
 mod say;
-mod start;
 mod status;
-mod supervise;
-mod sys;
+mod table;
 mod tls;
 mod unlock;
 
@@ -103,8 +99,8 @@ fn main() -> ExitCode {
     // not a command of the definition: the help, the completions and the man
     // page show only what users type. It is a plain synchronous loop: no
     // runtime, no threads.
-    if guardian::is_invoked() {
-        return guardian::main();
+    if run::guardian::is_invoked() {
+        return run::guardian::main();
     }
     let cli = Cli::parse();
     let code = match cli.command {

@@ -2,7 +2,6 @@
 //! with how many waiters? One table per key (or one JSON object for
 //! scripts), from [`quorumlock::Redlock::inspect`].
 
-use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use quorumlock::{Error, Inspection, KeyState, NodeError, Verdict};
@@ -157,28 +156,8 @@ fn human(inspection: &Inspection) -> String {
             ]
         })
         .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].chars().count())
-                .chain([header[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
     let mut out = headline(inspection);
-    let mut line = |cells: &[&str]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(out, "  {}", padded.join("  ").trim_end());
-    };
-    line(&header);
-    for row in &rows {
-        line(&row.iter().map(String::as_str).collect::<Vec<_>>());
-    }
+    out.push_str(&crate::table::aligned(&header, &rows, "  "));
     out
 }
 

@@ -6,19 +6,26 @@
 
 use std::process::ExitCode;
 
-use quorumlock::Inspection;
 use quorumlock::probe::etcd::{self as etcd_probe, EtcdProbe, MemberProbe};
 
-use super::{Args, Finding, Level, Report, Store, output, summarize_with};
+use super::cluster::{self, Checked};
+use super::{Args, Finding, Level, Report, Store, output};
 use crate::exit::Exit;
+use crate::fail;
 use crate::nodes::Resolved;
-use crate::{fail, status};
 
 const ETCD: Store = Store {
     purpose: "an etcd lock",
     unit: "members",
     row: "member",
-    columns: output::ETCD_COLUMNS,
+    columns: &[cluster::LATENCY, output::VERSION, output::ROLE],
+    even: "even_members",
+    shortfall: |led, size, majority| {
+        format!(
+            "only {led} of the cluster's {size} members answer with a leader and a majority needs \
+             {majority}: no lock can be taken or renewed"
+        )
+    },
 };
 
 pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
@@ -26,55 +33,36 @@ pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
         Ok(probe) => probe,
         Err(message) => return fail(Exit::Usage, message),
     };
-    let reports: Vec<Report> = probe.members.iter().map(member).collect();
-    let size = probe.cluster_size.unwrap_or(reports.len());
-    let mut findings = cluster_findings(&probe, &reports);
-    let inspections = match inspect(nodes, args).await {
-        Ok(inspections) => inspections,
-        Err(message) => {
-            findings.push(warning(
-                "key_unknown",
-                format!("--key: the lock's state could not be read: {message}"),
-            ));
-            Vec::new()
-        }
-    };
-    let mut summary = summarize_with(
-        &reports,
-        findings,
-        (quorumlock::probe::majority(size), args.strict),
-        &ETCD,
-    );
-    summary.unlisted = size.saturating_sub(reports.len());
-    if args.json {
-        let mut json = output::json(&reports, &summary);
-        json["cluster_size"] = probe.cluster_size.into();
-        json["keys"] = status::json(&inspections, summary.code)["keys"].take();
-        println!("{json}");
-    } else {
-        let mut text = output::human(&reports, &summary, &[]);
-        for inspection in &inspections {
-            text.push_str(&status::headline(inspection));
-        }
-        print!("{text}");
-    }
-    ExitCode::from(summary.code)
+    let mut checked = assess(&probe);
+    // The etcd client connects on its first request: without `--key`, it
+    // never does.
+    let client = cluster::client(nodes, args.timeout);
+    checked
+        .inspect(client.as_ref().map_err(String::clone), &args.keys)
+        .await;
+    checked.finish(args, &ETCD, |json| {
+        json["cluster_size"] = probe.cluster_size.into()
+    })
 }
 
-/// The findings about the cluster as a whole.
-fn cluster_findings(probe: &EtcdProbe, reports: &[Report]) -> Vec<Finding> {
+/// Each member's row, and the findings about the cluster as a whole. The
+/// cluster's size is what it says of itself, or the members listed when it
+/// said nothing.
+fn assess(probe: &EtcdProbe) -> Checked {
+    let reports: Vec<Report> = probe.members.iter().map(member).collect();
     let listed = reports.len();
     let size = probe.cluster_size.unwrap_or(listed);
-    let majority = quorumlock::probe::majority(size);
     let mut findings = Vec::new();
     if let Err(message) = &probe.lock_operations {
-        findings.push(error(
+        findings.push(Finding::new(
+            Level::Error,
             "lock_operations",
             format!("the URL's user cannot take a lock (lease grant, transaction, revoke): {message}"),
         ));
     }
     if listed < size {
-        findings.push(warning(
+        findings.push(Finding::new(
+            Level::Warning,
             "members_missing",
             format!(
                 "{listed} of the cluster's {size} members are listed: when those are down the client cannot \
@@ -82,86 +70,28 @@ fn cluster_findings(probe: &EtcdProbe, reports: &[Report]) -> Vec<Finding> {
             ),
         ));
     }
-    if size.is_multiple_of(2) {
-        findings.push(warning(
-            "even_members",
-            format!(
-                "{size} members: an even number needs a majority of {majority}, as {} would, and tolerates no \
-                 more failures than {}; use an odd number",
-                size + 1,
-                size.saturating_sub(1)
-            ),
-        ));
+    Checked {
+        reports,
+        findings,
+        size,
+        inspections: Vec::new(),
     }
-    // Members that are not listed were not asked: they are not counted
-    // against the majority (the warning above asks for them, and a cluster
-    // without a majority fails the lock operations too).
-    let led = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
-    if led + (size - listed.min(size)) < majority {
-        findings.push(error(
-            "no_majority",
-            format!(
-                "only {led} of the cluster's {size} members answer with a leader and a majority needs \
-                 {majority}: no lock can be taken or renewed"
-            ),
-        ));
-    }
-    findings
 }
 
 /// One member's row and findings.
 fn member(probe: &MemberProbe) -> Report {
-    let mut report = Report {
-        name: probe.endpoint.clone(),
-        ping: probe.latency,
-        version: probe.version.clone(),
-        ..Report::default()
-    };
-    if let Some(message) = &probe.error {
-        report.error("unreachable", format!("no answer: {message}"));
-        return report;
-    }
-    report.role = if probe.leader { "leader" } else { "follower" }.to_owned();
-    if !probe.has_leader {
-        report.error(
-            "no_leader",
-            "this member knows no leader: it is cut off from a majority and refuses lock requests",
-        );
+    let error = probe.error.as_deref().map(|message| ("unreachable", message));
+    let mut report = cluster::row(&probe.endpoint, probe.latency, &probe.version, error);
+    if probe.error.is_none() {
+        report.role = if probe.leader { "leader" } else { "follower" }.to_owned();
+        if !probe.has_leader {
+            report.error(
+                "no_leader",
+                "this member knows no leader: it is cut off from a majority and refuses lock requests",
+            );
+        }
     }
     report
-}
-
-/// The `--key` locks, as `quorumlock status` reads them.
-async fn inspect(nodes: &Resolved, args: &Args) -> Result<Vec<Inspection>, String> {
-    if args.keys.is_empty() {
-        return Ok(Vec::new());
-    }
-    let redlock = nodes
-        .builder()?
-        .node_timeout(args.timeout)
-        .build()
-        .map_err(|e| e.to_string())?;
-    let mut inspections = Vec::with_capacity(args.keys.len());
-    for key in &args.keys {
-        inspections.push(redlock.inspect(key).await.map_err(|e| e.to_string())?);
-    }
-    Ok(inspections)
-}
-
-fn error(code: &'static str, message: impl Into<String>) -> Finding {
-    Finding {
-        level: Level::Error,
-        code,
-        message: message.into(),
-    }
-}
-
-fn warning(code: &'static str, message: impl Into<String>) -> Finding {
-    Finding {
-        level: Level::Warning,
-        code,
-        message: message.into(),
-    }
 }
 
 #[cfg(test)]
@@ -192,13 +122,7 @@ mod tests {
     }
 
     fn codes(probe: &EtcdProbe) -> Vec<&'static str> {
-        let reports: Vec<Report> = probe.members.iter().map(member).collect();
-        let mut codes: Vec<_> = reports
-            .iter()
-            .flat_map(|r| r.findings.iter().map(|f| f.code))
-            .collect();
-        codes.extend(cluster_findings(probe, &reports).iter().map(|f| f.code));
-        codes
+        assess(probe).codes(&ETCD)
     }
 
     #[test]

@@ -1,23 +1,24 @@
-//! `quorumlock check`: is each node fit to take part in a Redlock quorum?
+//! `quorumlock check`: is each node fit to take part in a Redlock quorum,
+//! or each member of the etcd cluster or server of the ZooKeeper ensemble
+//! fit to serve the lock?
 //!
-//! Asks every node at once for its latency, version, role, persistence and
-//! clock ([`node`]), tries every command the library sends it, as the user
-//! of the node URL, on throwaway keys and a throwaway channel ([`access`]),
-//! and looks at the lock keys given with `--key` ([`keys`]). Prints one
-//! table row per node, then each warning or error with the reason it
+//! What is asked differs by store: Redis nodes ([`redis`]: latency,
+//! version, role, persistence, clock, permissions and the `--key` states),
+//! an etcd cluster ([`etcd`]) or a ZooKeeper ensemble ([`zookeeper`]),
+//! with what those two share in [`cluster`]. What is made of the answers
+//! is the same for all: a [`Report`] per row with its findings, the
+//! findings about the count of rows and the verdict ([`summarize`]), and
+//! one table row per node, then each warning or error with the reason it
 //! matters for the lock's safety, or all of it as one JSON object
 //! ([`output`]).
 
-mod access;
-mod command;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod cluster;
 #[cfg(feature = "etcd")]
 mod etcd;
 mod help;
-mod keys;
-mod member;
-mod node;
 mod output;
-mod shard;
+mod redis;
 #[cfg(feature = "zookeeper")]
 mod zookeeper;
 
@@ -74,6 +75,16 @@ struct Finding {
     message: String,
 }
 
+impl Finding {
+    fn new(level: Level, code: &'static str, message: impl Into<String>) -> Finding {
+        Finding {
+            level,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
 /// What was learnt about one node.
 #[derive(Debug, Default)]
 struct Report {
@@ -90,7 +101,7 @@ struct Report {
     run_id: String,
     /// Commands the node's user may not run, in the order found.
     missing: Vec<&'static str>,
-    keys: Vec<keys::KeyState>,
+    keys: Vec<redis::keys::KeyState>,
     findings: Vec<Finding>,
     /// What a Redis Cluster or Sentinel member is made of, as it answered.
     layout: Option<quorumlock::probe::MemberLayout>,
@@ -109,11 +120,7 @@ impl Report {
     }
 
     fn add(&mut self, level: Level, code: &'static str, text: impl Into<String>) {
-        self.findings.push(Finding {
-            level,
-            code,
-            message: text.into(),
-        });
+        self.findings.push(Finding::new(level, code, text));
     }
 
     /// The worst finding about the node, its servers' included.
@@ -146,28 +153,29 @@ struct Summary {
     worst: Option<Level>,
     code: u8,
     store: &'static Store,
-    /// Members the etcd cluster has, when more than are listed.
+    /// Members the etcd cluster has beyond those listed.
     unlisted: usize,
 }
 
 /// What is checked: Redis nodes for Redlock, an etcd cluster's members, or
-/// a ZooKeeper ensemble's servers.
+/// a ZooKeeper ensemble's servers. The words differ; the table, the
+/// findings about the count and the exit statuses are the same.
 struct Store {
     /// What they are checked for ("Redlock").
     purpose: &'static str,
     /// What the rows are, in the plural ("nodes").
     unit: &'static str,
-    /// One row, in a finding about it ("node").
+    /// One row, in a finding about it and as the heading of its name ("node").
     row: &'static str,
+    /// The table's columns after the row's number and name.
     columns: &'static [output::Column],
+    /// The code of the warning about an even number of rows ("even_nodes").
+    even: &'static str,
+    /// The message of the error when fewer than a majority are usable, from
+    /// the usable rows, all rows and the majority: each store says what
+    /// "usable" means for it and what it stops.
+    shortfall: fn(usize, usize, usize) -> String,
 }
-
-const REDIS: Store = Store {
-    purpose: "Redlock",
-    unit: "nodes",
-    row: "node",
-    columns: output::REDIS_COLUMNS,
-};
 
 pub(crate) async fn run(args: Args) -> ExitCode {
     let resolved = args
@@ -181,93 +189,49 @@ pub(crate) async fn run(args: Args) -> ExitCode {
     if args.keys.iter().any(String::is_empty) {
         return fail(Exit::Usage, "--key must not be empty");
     }
-    if let [url] = nodes.urls.as_slice()
-        && crate::nodes::is_etcd(url)
-    {
+    // One etcd or ZooKeeper URL is the whole store; without its feature,
+    // `resolve` has refused it already.
+    match nodes.urls.as_slice() {
         #[cfg(feature = "etcd")]
-        return etcd::run(url, &nodes, &args).await;
-    }
-    if let [url] = nodes.urls.as_slice()
-        && crate::nodes::is_zookeeper(url)
-    {
+        [url] if crate::nodes::is_etcd(url) => etcd::run(url, &nodes, &args).await,
         #[cfg(feature = "zookeeper")]
-        return zookeeper::run(url, &nodes, &args).await;
+        [url] if crate::nodes::is_zookeeper(url) => zookeeper::run(url, &nodes, &args).await,
+        _ => redis::run(&nodes, &args).await,
     }
-    let drift = quorumlock::probe::default_drift(args.ttl);
-    let probes = nodes.urls.iter().map(|url| async {
-        if member::is_member(url) {
-            member::probe(url, &nodes, &args, drift).await
-        } else {
-            node::probe(url, &nodes, &args, drift, None).await
-        }
-    });
-    let mut reports = futures::future::join_all(probes).await;
-    for i in 0..reports.len() {
-        let earlier = (0..i).find(|&j| {
-            reports[i]
-                .run_ids()
-                .any(|id| reports[j].run_ids().any(|other| other == id))
-        });
-        if let Some(j) = earlier {
-            reports[i].error(
-                "duplicate",
-                format!(
-                    "same server as node {} (run_id): listed twice, it would count twice towards the majority",
-                    j + 1
-                ),
-            );
-        }
-    }
-    for report in &mut reports {
-        keys::fill_unknown(report, &args.keys);
-    }
-    let summary = summarize(&reports, args.strict);
-    if args.json {
-        println!("{}", output::json(&reports, &summary));
-    } else {
-        print!("{}", output::human(&reports, &summary, &args.keys));
-    }
-    ExitCode::from(summary.code)
 }
 
-fn summarize(reports: &[Report], strict: bool) -> Summary {
-    let n = reports.len();
-    let majority = quorumlock::probe::majority(n);
-    let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
-    let mut findings = Vec::new();
-    if n.is_multiple_of(2) {
-        findings.push(Finding {
-            level: Level::Warning,
-            code: "even_nodes",
-            message: format!(
-                "{n} nodes: an even number needs a majority of {majority}, as {} would, and tolerates no more \
-                 failures than {}; use an odd number",
-                n + 1,
-                n - 1
-            ),
-        });
-    }
-    if usable < majority {
-        findings.push(Finding {
-            level: Level::Error,
-            code: "no_majority",
-            message: format!(
-                "only {usable} of {n} nodes are usable and a majority needs {majority}: no lock can be taken"
-            ),
-        });
-    }
-    summarize_with(reports, findings, (majority, strict), &REDIS)
-}
-
-/// The verdict over `reports` and the `findings` about them all, for a
-/// store that needs `majority` usable nodes.
-fn summarize_with(
+/// The verdict over `reports`, the `findings` about them all, and those
+/// about their count that every store has: a warning for an even number,
+/// an error when fewer than a majority are usable. `size` is how many rows
+/// the store has, at least those listed: the majority is of them all, and
+/// those not listed were not asked, so they are not counted against it
+/// (a warning about them is the store's to give).
+fn summarize(
     reports: &[Report],
-    findings: Vec<Finding>,
-    (majority, strict): (usize, bool),
+    mut findings: Vec<Finding>,
+    (size, strict): (usize, bool),
     store: &'static Store,
 ) -> Summary {
+    let majority = quorumlock::probe::majority(size);
     let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
+    let unlisted = size.saturating_sub(reports.len());
+    if size.is_multiple_of(2) {
+        findings.push(Finding::new(
+            Level::Warning,
+            store.even,
+            format!(
+                "{size} {}: an even number needs a majority of {majority}, as {} would, and tolerates no \
+                 more failures than {}; use an odd number",
+                store.unit,
+                size + 1,
+                size.saturating_sub(1)
+            ),
+        ));
+    }
+    if usable + unlisted < majority {
+        let message = (store.shortfall)(usable, size, majority);
+        findings.push(Finding::new(Level::Error, "no_majority", message));
+    }
     let worst = reports
         .iter()
         .filter_map(Report::level)
@@ -286,6 +250,6 @@ fn summarize_with(
         worst,
         code,
         store,
-        unlisted: 0,
+        unlisted,
     }
 }

@@ -5,13 +5,13 @@ use std::fmt::Write as _;
 
 use serde_json::{Value, json};
 
-use super::keys::KeyState;
-use super::member;
-use super::{Finding, Level, Report, Summary};
+use super::redis::keys::KeyState;
+use super::redis::member;
+use super::{Finding, Level, Report, Store, Summary};
 
 /// The table, each key's state per node, every finding and the verdict.
 pub(super) fn human(reports: &[Report], summary: &Summary, keys: &[String]) -> String {
-    let mut out = table(reports, summary.store.columns);
+    let mut out = table(reports, summary.store);
     for key in keys {
         let states: Vec<String> = reports
             .iter()
@@ -145,102 +145,31 @@ pub(super) struct Column {
     cell: fn(&Report) -> String,
 }
 
-/// The columns for Redis nodes.
-pub(super) const REDIS_COLUMNS: &[Column] = &[
-    Column {
-        header: "node",
-        cell: |r| r.name.clone(),
-    },
-    Column {
-        header: "ping",
-        cell: ping,
-    },
-    Column {
-        header: "version",
-        cell: |r| dash(&r.version),
-    },
-    Column {
-        header: "role",
-        cell: |r| dash(&r.role),
-    },
-    Column {
-        header: "appendonly",
-        cell: |r| dash(&r.appendonly),
-    },
-    Column {
-        header: "appendfsync",
-        cell: |r| dash(&r.appendfsync),
-    },
-    Column {
-        header: "clock offset",
-        cell: |r| {
-            r.offset
-                .map_or("-".into(), |(ms, err)| format!("{ms:+.1} ms ±{err:.1}"))
-        },
-    },
-    Column {
-        header: "clock rate",
-        cell: |r| {
-            r.rate
-                .map_or("-".into(), |(rate, err)| format!("{rate:.4}x ±{err:.4}"))
-        },
-    },
-];
+impl Column {
+    pub(super) const fn new(header: &'static str, cell: fn(&Report) -> String) -> Column {
+        Column { header, cell }
+    }
+}
 
-/// The columns for the members of an etcd cluster: persistence and clocks
-/// are not the lock's concern there (etcd syncs its log and times leases
-/// on its leader).
-#[cfg(feature = "etcd")]
-pub(super) const ETCD_COLUMNS: &[Column] = &[
-    Column {
-        header: "member",
-        cell: |r| r.name.clone(),
-    },
-    Column {
-        header: "latency",
-        cell: ping,
-    },
-    Column {
-        header: "version",
-        cell: |r| dash(&r.version),
-    },
-    Column {
-        header: "role",
-        cell: |r| dash(&r.role),
-    },
-];
+/// The version column every store has.
+pub(super) const VERSION: Column = Column::new("version", |r| dash(&r.version));
 
-/// The columns for the servers of a ZooKeeper ensemble: as for etcd, the
-/// ensemble syncs its log and times sessions itself; the role is the
-/// server's mode.
-#[cfg(feature = "zookeeper")]
-pub(super) const ZOOKEEPER_COLUMNS: &[Column] = &[
-    Column {
-        header: "server",
-        cell: |r| r.name.clone(),
-    },
-    Column {
-        header: "latency",
-        cell: ping,
-    },
-    Column {
-        header: "version",
-        cell: |r| dash(&r.version),
-    },
-    Column {
-        header: "mode",
-        cell: |r| dash(&r.role),
-    },
-];
+/// The role column: a Redis node's replication role, an etcd member's
+/// leadership; a ZooKeeper server's mode heads it "mode".
+pub(super) const ROLE: Column = Column::new("role", |r| dash(&r.role));
 
-fn ping(r: &Report) -> String {
+/// A row's round trip, in milliseconds.
+pub(super) fn latency(r: &Report) -> String {
     r.ping
         .map_or("-".into(), |p| format!("{:.2} ms", p.as_secs_f64() * 1000.0))
 }
 
-/// The table of all nodes, one row each: the row's number, `columns`, its status.
-fn table(reports: &[Report], columns: &[Column]) -> String {
-    let header: Vec<&str> = ["#"]
+/// The table of all rows (a member's servers after it): the row's number,
+/// its name under the store's word for a row, the store's columns, its
+/// status.
+fn table(reports: &[Report], store: &Store) -> String {
+    let columns = store.columns;
+    let header: Vec<&str> = ["#", store.row]
         .into_iter()
         .chain(columns.iter().map(|c| c.header))
         .chain(["status"])
@@ -259,38 +188,17 @@ fn table(reports: &[Report], columns: &[Column]) -> String {
                 Some(Level::Warning) => format!("{} warning(s)", r.finding_count()),
                 Some(Level::Error) => "ERROR".to_owned(),
             };
-            [number]
+            [number, r.name.clone()]
                 .into_iter()
                 .chain(columns.iter().map(|c| (c.cell)(r)))
                 .chain([status])
                 .collect()
         })
         .collect();
-    let widths: Vec<usize> = (0..header.len())
-        .map(|c| {
-            rows.iter()
-                .map(|r| r[c].chars().count())
-                .chain([header[c].len()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut out = String::new();
-    let line = |out: &mut String, cells: &[&str]| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        let _ = writeln!(out, "{}", padded.join("  ").trim_end());
-    };
-    line(&mut out, &header);
-    for row in &rows {
-        line(&mut out, &row.iter().map(String::as_str).collect::<Vec<_>>());
-    }
-    out
+    crate::table::aligned(&header, &rows, "")
 }
 
-fn dash(s: &str) -> String {
+/// `s`, or a dash for a value not known.
+pub(super) fn dash(s: &str) -> String {
     if s.is_empty() { "-".into() } else { s.to_owned() }
 }

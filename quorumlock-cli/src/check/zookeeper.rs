@@ -10,21 +10,35 @@ use std::io;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use quorumlock::{Inspection, Redlock};
+use quorumlock::Redlock;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{Args, Finding, Level, Report, Store, output, summarize_with};
+use super::cluster::{self, Checked};
+use super::output::{self, Column};
+use super::{Args, Finding, Level, Report, Store};
 use crate::duration::show;
 use crate::exit::Exit;
+use crate::fail;
 use crate::nodes::Resolved;
-use crate::{fail, status};
 
+/// The ensemble's servers: the role is the server's mode.
 const ZOOKEEPER: Store = Store {
     purpose: "a ZooKeeper lock",
     unit: "servers",
     row: "server",
-    columns: output::ZOOKEEPER_COLUMNS,
+    columns: &[
+        cluster::LATENCY,
+        output::VERSION,
+        Column::new("mode", |r| output::dash(&r.role)),
+    ],
+    even: "even_servers",
+    shortfall: |usable, listed, majority| {
+        format!(
+            "only {usable} of the {listed} servers serve and a majority needs {majority}: \
+             no lock can be taken or kept"
+        )
+    },
 };
 
 /// Most bytes of a `srvr` reply read: a server's is a few hundred bytes,
@@ -62,53 +76,25 @@ impl ServerProbe {
 }
 
 pub(super) async fn run(url: &str, nodes: &Resolved, args: &Args) -> ExitCode {
-    let redlock = match nodes.builder().and_then(|builder| {
-        builder
-            .node_timeout(args.timeout)
-            .connect_timeout(args.timeout)
-            .build()
-            .map_err(|e| e.to_string())
-    }) {
+    let redlock = match cluster::client(nodes, args.timeout) {
         Ok(redlock) => redlock,
         Err(message) => return fail(Exit::Usage, message),
     };
     let asked = futures::future::join_all(servers(url).into_iter().map(|s| srvr(s, args.timeout)));
     let (probes, lock_operations) = tokio::join!(asked, round_trip(&redlock, args.ttl));
-    let reports: Vec<Report> = probes.iter().map(server).collect();
-    let mut findings = ensemble_findings(&probes, &reports, lock_operations);
-    let inspections = match inspect(&redlock, &args.keys).await {
-        Ok(inspections) => inspections,
-        Err(message) => {
-            findings.push(warning(
-                "key_unknown",
-                format!("--key: the lock's state could not be read: {message}"),
-            ));
-            Vec::new()
-        }
-    };
+    let mut checked = assess(&probes, lock_operations);
+    checked.inspect(Ok(&redlock), &args.keys).await;
     // Closes the session at once, so that a probe lock whose release failed
     // goes with it rather than at the session's expiry; that failure is
     // already a finding.
     let _ = redlock.shutdown(args.timeout).await;
-    let majority = quorumlock::probe::majority(reports.len());
-    let summary = summarize_with(&reports, findings, (majority, args.strict), &ZOOKEEPER);
-    if args.json {
-        let mut json = output::json(&reports, &summary);
+    checked.finish(args, &ZOOKEEPER, |json| {
         if let Some(rows) = json["nodes"].as_array_mut() {
             for (row, probe) in rows.iter_mut().zip(&probes) {
                 row["zxid"] = (!probe.zxid.is_empty()).then(|| probe.zxid.clone()).into();
             }
         }
-        json["keys"] = status::json(&inspections, summary.code)["keys"].take();
-        println!("{json}");
-    } else {
-        let mut text = output::human(&reports, &summary, &[]);
-        for inspection in &inspections {
-            text.push_str(&status::headline(inspection));
-        }
-        print!("{text}");
-    }
-    ExitCode::from(summary.code)
+    })
 }
 
 /// The servers of a `zk://` URL the library has accepted, as given: the
@@ -192,21 +178,18 @@ async fn round_trip(redlock: &Redlock, ttl: Duration) -> Result<(), String> {
 
 /// One server's row and findings.
 fn server(probe: &ServerProbe) -> Report {
-    let mut report = Report {
-        name: probe.server.clone(),
-        ping: probe.latency,
-        version: probe.version.clone(),
-        role: probe.mode.clone().unwrap_or_default(),
-        ..Report::default()
+    // An answer that is not `srvr`'s came from something else on the port.
+    let code = if probe.latency.is_some() {
+        "bad_reply"
+    } else {
+        "unreachable"
     };
-    if let Some(message) = &probe.error {
-        let code = match probe.latency {
-            Some(_) => "bad_reply",
-            None => "unreachable",
-        };
-        report.error(code, format!("no answer: {message}"));
+    let error = probe.error.as_deref().map(|message| (code, message));
+    let mut report = cluster::row(&probe.server, probe.latency, &probe.version, error);
+    if probe.error.is_some() {
         return report;
     }
+    report.role = probe.mode.clone().unwrap_or_default();
     match probe.mode.as_deref() {
         None => report.error(
             "not_serving",
@@ -222,17 +205,14 @@ fn server(probe: &ServerProbe) -> Report {
     report
 }
 
-/// The findings about the servers listed as a whole.
-fn ensemble_findings(
-    probes: &[ServerProbe],
-    reports: &[Report],
-    lock_operations: Result<(), String>,
-) -> Vec<Finding> {
-    let listed = reports.len();
-    let majority = quorumlock::probe::majority(listed);
+/// Each server's row, and the findings about the servers listed as a
+/// whole: the ensemble is the servers in the URL.
+fn assess(probes: &[ServerProbe], lock_operations: Result<(), String>) -> Checked {
+    let reports: Vec<Report> = probes.iter().map(server).collect();
     let mut findings = Vec::new();
     if let Err(message) = lock_operations {
-        findings.push(error(
+        findings.push(Finding::new(
+            Level::Error,
             "lock_operations",
             format!("a lock cannot be taken and released as the URL's user: {message}"),
         ));
@@ -242,7 +222,8 @@ fn ensemble_findings(
     let serving = answering.iter().filter(|p| p.mode.is_some()).count();
     let standalone = answering.iter().any(|p| p.mode.as_deref() == Some("standalone"));
     if !answering.is_empty() && leaders == 0 {
-        findings.push(error(
+        findings.push(Finding::new(
+            Level::Error,
             "no_leader",
             format!(
                 "none of the {} servers that answer leads: the ensemble is electing a leader and takes \
@@ -252,7 +233,8 @@ fn ensemble_findings(
         ));
     }
     if leaders > 1 || standalone && serving > 1 {
-        findings.push(error(
+        findings.push(Finding::new(
+            Level::Error,
             "several_ensembles",
             format!(
                 "{leaders} of the servers listed lead (leader or standalone): they are not one ensemble, \
@@ -260,52 +242,11 @@ fn ensemble_findings(
             ),
         ));
     }
-    if listed.is_multiple_of(2) {
-        findings.push(warning(
-            "even_servers",
-            format!(
-                "{listed} servers: an even number needs a majority of {majority}, as {} would, and \
-                 tolerates no more failures than {}; use an odd number",
-                listed + 1,
-                listed - 1
-            ),
-        ));
-    }
-    let usable = reports.iter().filter(|r| r.level() != Some(Level::Error)).count();
-    if usable < majority {
-        findings.push(error(
-            "no_majority",
-            format!(
-                "only {usable} of the {listed} servers serve and a majority needs {majority}: \
-                 no lock can be taken or kept"
-            ),
-        ));
-    }
-    findings
-}
-
-/// The `--key` locks, as `quorumlock status` reads them.
-async fn inspect(redlock: &Redlock, keys: &[String]) -> Result<Vec<Inspection>, String> {
-    let mut inspections = Vec::with_capacity(keys.len());
-    for key in keys {
-        inspections.push(redlock.inspect(key).await.map_err(|e| e.to_string())?);
-    }
-    Ok(inspections)
-}
-
-fn error(code: &'static str, message: impl Into<String>) -> Finding {
-    Finding {
-        level: Level::Error,
-        code,
-        message: message.into(),
-    }
-}
-
-fn warning(code: &'static str, message: impl Into<String>) -> Finding {
-    Finding {
-        level: Level::Warning,
-        code,
-        message: message.into(),
+    Checked {
+        size: reports.len(),
+        reports,
+        findings,
+        inspections: Vec::new(),
     }
 }
 
@@ -337,14 +278,18 @@ mod tests {
         }
     }
 
-    fn codes(probes: &[ServerProbe], ops: Result<(), String>) -> Vec<&'static str> {
-        let reports: Vec<Report> = probes.iter().map(server).collect();
-        let mut codes: Vec<_> = reports
+    /// The codes found on servers in these modes: "electing" for one that
+    /// answers but serves nobody, "dead" for one that does not answer.
+    fn codes(modes: &[&str], ops: Result<(), String>) -> Vec<&'static str> {
+        let probes: Vec<ServerProbe> = modes
             .iter()
-            .flat_map(|r| r.findings.iter().map(|f| f.code))
+            .map(|&mode| match mode {
+                "dead" => dead(),
+                "electing" => probe(None),
+                mode => probe(Some(mode)),
+            })
             .collect();
-        codes.extend(ensemble_findings(probes, &reports, ops).iter().map(|f| f.code));
-        codes
+        assess(&probes, ops).codes(&ZOOKEEPER)
     }
 
     #[test]
@@ -374,26 +319,20 @@ mod tests {
 
     #[test]
     fn a_healthy_ensemble_has_no_finding() {
-        let probes = [
-            probe(Some("follower")),
-            probe(Some("leader")),
-            probe(Some("follower")),
-        ];
-        assert!(codes(&probes, Ok(())).is_empty());
-        assert!(codes(&[probe(Some("standalone"))], Ok(())).is_empty());
+        assert!(codes(&["follower", "leader", "follower"], Ok(())).is_empty());
+        assert!(codes(&["standalone"], Ok(())).is_empty());
     }
 
     #[test]
     fn a_dead_server_of_three_is_an_error_row_but_the_majority_stands() {
-        let probes = [probe(Some("leader")), dead(), probe(Some("follower"))];
-        assert_eq!(codes(&probes, Ok(())), ["unreachable"]);
+        assert_eq!(codes(&["leader", "dead", "follower"], Ok(())), ["unreachable"]);
     }
 
     #[test]
     fn servers_electing_a_leader_are_no_majority() {
-        let probes = [probe(None), dead(), probe(None)];
+        let timed_out = || Err("lock: timed out".into());
         assert_eq!(
-            codes(&probes, Err("lock: timed out".into())),
+            codes(&["electing", "dead", "electing"], timed_out()),
             [
                 "not_serving",
                 "unreachable",
@@ -403,9 +342,8 @@ mod tests {
                 "no_majority"
             ]
         );
-        let nobody = [dead(), dead(), dead()];
         assert_eq!(
-            codes(&nobody, Err("lock: timed out".into())),
+            codes(&["dead", "dead", "dead"], timed_out()),
             [
                 "unreachable",
                 "unreachable",
@@ -418,44 +356,21 @@ mod tests {
 
     #[test]
     fn followers_without_a_listed_leader_are_an_error() {
-        let probes = [
-            probe(Some("follower")),
-            probe(Some("follower")),
-            probe(Some("follower")),
-        ];
-        assert_eq!(codes(&probes, Ok(())), ["no_leader"]);
+        assert_eq!(codes(&["follower"; 3], Ok(())), ["no_leader"]);
     }
 
     #[test]
     fn servers_of_different_ensembles_are_an_error() {
-        let standalones = [
-            probe(Some("standalone")),
-            probe(Some("standalone")),
-            probe(Some("standalone")),
-        ];
-        assert_eq!(codes(&standalones, Ok(())), ["several_ensembles"]);
-        let mixed = [
-            probe(Some("standalone")),
-            probe(Some("follower")),
-            probe(Some("leader")),
-        ];
-        assert_eq!(codes(&mixed, Ok(())), ["several_ensembles"]);
+        let several = ["several_ensembles"];
+        assert_eq!(codes(&["standalone"; 3], Ok(())), several);
+        assert_eq!(codes(&["standalone", "follower", "leader"], Ok(())), several);
     }
 
     #[test]
     fn a_read_only_server_and_an_even_list_are_reported() {
-        let probes = [
-            probe(Some("leader")),
-            probe(Some("follower")),
-            probe(Some("read-only")),
-        ];
-        assert_eq!(codes(&probes, Ok(())), ["read_only"]);
-        let four = [
-            probe(Some("leader")),
-            probe(Some("follower")),
-            probe(Some("follower")),
-            probe(Some("follower")),
-        ];
-        assert_eq!(codes(&four, Ok(())), ["even_servers"]);
+        let read_only = codes(&["leader", "follower", "read-only"], Ok(()));
+        assert_eq!(read_only, ["read_only"]);
+        let four = codes(&["leader", "follower", "follower", "follower"], Ok(()));
+        assert_eq!(four, ["even_servers"]);
     }
 }

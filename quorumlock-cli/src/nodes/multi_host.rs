@@ -69,7 +69,9 @@ impl Cluster {
     }
 }
 
-/// Whether `url` names an etcd cluster.
+/// Whether `url` names an etcd cluster: asked only in a build that can
+/// check one.
+#[cfg(feature = "etcd")]
 pub(crate) fn is_etcd(url: &str) -> bool {
     ETCD.names(url)
 }

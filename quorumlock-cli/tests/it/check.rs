@@ -67,85 +67,52 @@ fn codes(node: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Each ACL rule that denies one command: the command the check reports,
+/// and whether every lock needs it (an error) or only some uses (a warning).
+const DENIALS: &[(&str, &str, bool)] = &[
+    ("-script|load", "SCRIPT LOAD", true),
+    ("-evalsha", "EVALSHA", true),
+    ("-set", "SET", true),
+    ("-get", "GET", true),
+    ("-del", "DEL", true),
+    ("-exists", "EXISTS", true),
+    ("-mget", "MGET", true),
+    ("-pexpire", "PEXPIRE", true),
+    ("-pttl", "PTTL", true),
+    ("-time", "TIME", true),
+    ("-zadd", "ZADD", false),
+    ("-zrem", "ZREM", false),
+    ("-zpopmin", "ZPOPMIN", false),
+    ("-zrange", "ZRANGE", true),
+    ("-zremrangebyrank", "ZREMRANGEBYRANK", true),
+    ("-publish", "PUBLISH", false),
+    ("-subscribe", "SUBSCRIBE", false),
+    ("-unsubscribe", "UNSUBSCRIBE", false),
+    ("-ping", "PING", false),
+    ("-wait", "WAIT", false),
+    ("-type", "TYPE", false),
+    ("-zcard", "ZCARD", false),
+    ("-unlink", "UNLINK", false),
+    ("-info", "INFO", false),
+    ("-config|get", "CONFIG GET", false),
+];
+
 #[test]
 fn check_names_exactly_the_command_a_user_lacks() {
     let server = RedisServer::start_with(Persistence::AofAlways, &[]);
-    // (ACL rule, the command reported, whether every lock needs it)
-    let cases: &[(&str, &str, bool)] = &[
-        ("-script|load", "SCRIPT LOAD", true),
-        ("-evalsha", "EVALSHA", true),
-        ("-set", "SET", true),
-        ("-get", "GET", true),
-        ("-del", "DEL", true),
-        ("-exists", "EXISTS", true),
-        ("-mget", "MGET", true),
-        ("-pexpire", "PEXPIRE", true),
-        ("-pttl", "PTTL", true),
-        ("-time", "TIME", true),
-        ("-zadd", "ZADD", false),
-        ("-zrem", "ZREM", false),
-        ("-zpopmin", "ZPOPMIN", false),
-        ("-zrange", "ZRANGE", true),
-        ("-zremrangebyrank", "ZREMRANGEBYRANK", true),
-        ("-publish", "PUBLISH", false),
-        ("-subscribe", "SUBSCRIBE", false),
-        ("-unsubscribe", "UNSUBSCRIBE", false),
-        ("-ping", "PING", false),
-        ("-wait", "WAIT", false),
-        ("-type", "TYPE", false),
-        ("-zcard", "ZCARD", false),
-        ("-unlink", "UNLINK", false),
-        ("-info", "INFO", false),
-        ("-config|get", "CONFIG GET", false),
-    ];
     // Every command the library's list names is denied once here, at the
     // level its need calls for: a command added to the list needs a case.
     // CLUSTER SLOTS is tried on a cluster member's primaries only (see
     // tests/it/redis_cluster.rs): this server has cluster support disabled.
     for command in COMMANDS.iter().filter(|c| c.need != Need::Cluster) {
-        let case = cases.iter().find(|(_, name, _)| *name == command.name);
+        let case = DENIALS.iter().find(|(_, name, _)| *name == command.name);
         let needed = case
             .unwrap_or_else(|| panic!("no case denies {}", command.name))
             .2;
         assert_eq!(needed, command.need == Need::Lock, "{}", command.name);
     }
-    for (i, &(rule, command, needed)) in cases.iter().enumerate() {
-        let url = user(&server, &format!("u{i}"), &["~*", "&*", "+@all", rule]);
-        let out = check(&[url], &[]);
-        let report = parsed(&out);
-        let node = &report["nodes"][0];
-        assert_eq!(missing(node), [command], "{rule}: {node:#}");
-        let level = if needed { "error" } else { "warning" };
-        assert!(
-            codes(node).contains(&(level.into(), "missing_permission".into())),
-            "{rule}: a {level}: {node:#}"
-        );
-        let message = node["findings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["code"] == "missing_permission")
-            .and_then(|f| f["message"].as_str())
-            .unwrap();
-        assert!(message.contains(command), "{rule}: {message}");
-        assert_eq!(
-            out.status.code(),
-            Some(if needed { 1 } else { 0 }),
-            "{rule}: {node:#}"
-        );
-        assert_eq!(report["exit_code"], i64::from(needed), "{rule}");
-        if !needed {
-            let strict = check(
-                &[format!("redis://u{i}:pw@127.0.0.1:{}/", server.port())],
-                &["--strict"],
-            );
-            assert_eq!(strict.status.code(), Some(1), "{rule} with --strict");
-        }
-        if rule == "-del" {
-            // The probe keys expire by themselves; the next case starts clean.
-            assert!(server.command(&["FLUSHALL"]).unwrap().starts_with("+OK"));
-        }
-        assert_eq!(dbsize(&server), 0, "{rule}: the check's keys are gone");
+    for (i, &denial) in DENIALS.iter().enumerate() {
+        assert_denial_reported(&server, i, denial);
     }
     let everything = user(&server, "all", &["~*", "&*", "+@all"]);
     let report = parsed(&check(&[everything], &[]));
@@ -158,6 +125,49 @@ fn check_names_exactly_the_command_a_user_lacks() {
     assert_eq!(missing(&report["nodes"][0]), Vec::<String>::new(), "{report:#}");
     assert_eq!(out.status.code(), Some(0), "{report:#}");
     assert_eq!(report["status"], "ok", "{report:#}");
+}
+
+/// `check` as user `u{i}`, denied `command` by `rule`: the command alone is
+/// missing, a finding at the level `needed` calls for names it, the exit
+/// status follows (and `--strict` fails on a warning too), and the
+/// check's throwaway keys are gone.
+fn assert_denial_reported(server: &RedisServer, i: usize, (rule, command, needed): (&str, &str, bool)) {
+    let url = user(server, &format!("u{i}"), &["~*", "&*", "+@all", rule]);
+    let out = check(&[url], &[]);
+    let report = parsed(&out);
+    let node = &report["nodes"][0];
+    assert_eq!(missing(node), [command], "{rule}: {node:#}");
+    let level = if needed { "error" } else { "warning" };
+    assert!(
+        codes(node).contains(&(level.into(), "missing_permission".into())),
+        "{rule}: a {level}: {node:#}"
+    );
+    let message = node["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == "missing_permission")
+        .and_then(|f| f["message"].as_str())
+        .unwrap();
+    assert!(message.contains(command), "{rule}: {message}");
+    assert_eq!(
+        out.status.code(),
+        Some(if needed { 1 } else { 0 }),
+        "{rule}: {node:#}"
+    );
+    assert_eq!(report["exit_code"], i64::from(needed), "{rule}");
+    if !needed {
+        let strict = check(
+            &[format!("redis://u{i}:pw@127.0.0.1:{}/", server.port())],
+            &["--strict"],
+        );
+        assert_eq!(strict.status.code(), Some(1), "{rule} with --strict");
+    }
+    if rule == "-del" {
+        // The probe keys expire by themselves; the next case starts clean.
+        assert!(server.command(&["FLUSHALL"]).unwrap().starts_with("+OK"));
+    }
+    assert_eq!(dbsize(server), 0, "{rule}: the check's keys are gone");
 }
 
 #[test]

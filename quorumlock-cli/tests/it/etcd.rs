@@ -1,89 +1,48 @@
 //! The `quorumlock` binary on an etcd cluster (feature `etcd`): `run`
 //! beside `etcdctl lock` on one name, a holder stopped past its lease,
-//! `status`, `unlock` and `check --key`, and `check` on a healthy, a
+//! `check` on a partial member list, and the bodies shared with ZooKeeper
+//! ([`crate::consensus`]) with the etcd cases on top: `status`, `unlock
+//! --token` and `check --key` on a held lock, and `check` on a healthy, a
 //! degraded and a broken cluster. Against real etcd members.
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use quorumlock_testkit::cli::{Binary, Running, exit, scratch, stat, text, wait_for_line};
+use quorumlock_testkit::cli::{exit, scratch, stat, text, wait_for_line};
 use quorumlock_testkit::etcd::EtcdCluster;
 
-const QUORUMLOCK: Binary = Binary::new(env!("CARGO_BIN_EXE_quorumlock"));
+use crate::consensus::{
+    self, QUORUMLOCK, START_LIMIT, assert_disjoint, intervals, quorumlock, recorded, run, with_nodes_flag,
+};
 
-/// How long a command may take to get to its first line.
-const START_LIMIT: Duration = Duration::from_secs(20);
-
-/// `quorumlock ARGS --nodes URL`: the URL on the command line, where clap
-/// splits it at the commas and quorumlock joins the members back.
-fn with_nodes_flag(cluster: &EtcdCluster, args: &[&str]) -> Command {
-    let mut cmd = QUORUMLOCK.command(&[]);
-    cmd.args(args).args(["--nodes", &cluster.url()]);
-    cmd
-}
-
-/// `quorumlock ARGS` over `cluster` (its URL in `QUORUMLOCK_NODES`).
-fn quorumlock(cluster: &EtcdCluster, args: &[&str]) -> Command {
-    let mut cmd = QUORUMLOCK.command(&[]);
-    cmd.env("QUORUMLOCK_NODES", cluster.url()).args(args);
-    cmd
-}
-
-/// `quorumlock run ARGS -- sh -c SCRIPT` over `cluster`, running.
-fn run(cluster: &EtcdCluster, args: &[&str], script: &str) -> Running {
-    let mut cmd = quorumlock(cluster, &["run"]);
-    cmd.args(args).args(["--", "sh", "-c", script]);
-    Running::spawn(cmd)
-}
-
-/// A shell command that appends `start NS` and `end NS` (wall clock) to
-/// `log` around `sleep seconds`.
-fn recorded(log: &Path, seconds: f64) -> String {
-    let log = log.display();
-    format!("echo start $(date +%s%N) >> {log}; sleep {seconds}; echo end $(date +%s%N) >> {log}")
-}
-
-/// The `(start, end)` intervals in the logs; a start without an end (a
-/// killed command) ends at `killed_at`.
-fn intervals(logs: &[&Path], killed_at: u128) -> Vec<(u128, u128)> {
-    let mut all = Vec::new();
-    for log in logs {
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let mut start = None;
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            let (what, ns) = (words.next(), words.next().and_then(|n| n.parse::<u128>().ok()));
-            match (what, ns) {
-                (Some("start"), Some(ns)) => start = Some(ns),
-                (Some("end"), Some(ns)) => all.push((start.take().expect("a start before"), ns)),
-                _ => panic!("bad line {line:?} in {}", log.display()),
-            }
-        }
-        if let Some(start) = start {
-            all.push((start, killed_at));
-        }
-    }
-    all.sort_unstable();
-    all
-}
-
-fn assert_disjoint(intervals: &[(u128, u128)]) {
-    for pair in intervals.windows(2) {
-        assert!(
-            pair[0].1 <= pair[1].0,
-            "two holders at once: {:?} and {:?}",
-            pair[0],
-            pair[1]
-        );
-    }
-}
+consensus::store!(EtcdCluster {
+    name: "etcd",
+    fit: "all members fit for an etcd lock",
+    alone: " leader ",
+    nodes: EtcdCluster::url,
+    // A lock's keys are `KEY/<lease>`, each with the holder's token.
+    entries: |cluster: &EtcdCluster, key: &str| {
+        let prefix = format!("{key}/");
+        let values = cluster.etcdctl(&["get", &prefix, "--prefix", "--print-value-only"]);
+        let values = values.unwrap_or_else(|e| panic!("the values under {prefix:?}: {e}"));
+        values
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    },
+});
 
 fn now_ns() -> u128 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .expect("after 1970")
         .as_nanos()
+}
+
+#[test]
+fn status_and_check_show_the_holder_and_unlock_with_its_token_frees_the_lock() {
+    consensus::held_lock_is_shown_and_freed::<EtcdCluster>(|token| ["--token", token]);
 }
 
 #[test]
@@ -127,7 +86,7 @@ fn run_and_etcdctl_lock_on_one_name_never_overlap() {
     for status in etcdctl.join().expect("the etcdctl loop") {
         assert!(status.success(), "etcdctl lock: {status}");
     }
-    let all = intervals(&[&dir.join("ours"), &dir.join("theirs")], now_ns());
+    let all = intervals(&[&dir.join("ours"), &dir.join("theirs")], Some(now_ns()));
     assert_eq!(all.len(), 8, "every command ran once: {all:?}");
     assert_disjoint(&all);
     assert!(cluster.keys("shared/").is_empty(), "{:?}", cluster.keys(""));
@@ -190,7 +149,7 @@ fn a_holder_stopped_past_its_lease_has_its_command_killed_before_the_next_holder
         !first_text.contains("end"),
         "the killed command ended itself: {first_text}"
     );
-    let second_start = intervals(&[&second_log], 0)[0].0;
+    let second_start = intervals(&[&second_log], None)[0].0;
     assert!(
         second_start > last_alive,
         "the second command started {} ms before the first was last seen alive",
@@ -202,7 +161,7 @@ fn a_holder_stopped_past_its_lease_has_its_command_killed_before_the_next_holder
         (seen_dead - stopped_at) / 1_000_000,
         (second_start as i128 - seen_dead as i128) / 1_000_000
     );
-    let all = intervals(&[&first_log, &second_log], seen_dead);
+    let all = intervals(&[&first_log, &second_log], Some(seen_dead));
     assert_eq!(all.len(), 2, "{all:?}");
     first.signal("CONT");
     let status = first.wait(Duration::from_secs(10));
@@ -211,100 +170,9 @@ fn a_holder_stopped_past_its_lease_has_its_command_killed_before_the_next_holder
 }
 
 #[test]
-fn status_and_check_show_the_holder_and_unlock_with_its_token_frees_the_lock() {
-    let cluster = EtcdCluster::start(1);
-    let dir = scratch("etcd-status");
-    let started = dir.join("started");
-    let holding = format!("echo $QUORUMLOCK_LOCK_TOKEN >> {}; sleep 60", started.display());
-    let mut holder = run(&cluster, &["--key", "report", "--ttl", "10s"], &holding);
-    let token = wait_for_line(&started, START_LIMIT);
-    let status = quorumlock(&cluster, &["status", "report"]).output().unwrap();
-    assert_eq!(status.status.code(), Some(1), "held: {}", text(&status.stderr));
-    let shown = text(&status.stdout);
-    assert!(
-        shown.contains(&format!("key \"report\": held by \"{token}\"")),
-        "{shown}"
-    );
-    let json = text(
-        &quorumlock(&cluster, &["status", "report", "--json"])
-            .output()
-            .unwrap()
-            .stdout,
-    );
-    assert!(json.contains(&format!("\"token\":\"{token}\"")), "{json}");
-    let check = quorumlock(&cluster, &["check", "--key", "report"])
-        .output()
-        .unwrap();
-    let shown = text(&check.stdout);
-    assert_eq!(check.status.code(), Some(0), "{shown}{}", text(&check.stderr));
-    assert!(shown.contains(&format!("held by \"{token}\"")), "{shown}");
-    let free = quorumlock(&cluster, &["status", "other"]).output().unwrap();
-    assert_eq!(free.status.code(), Some(0), "{}", text(&free.stdout));
-    let wrong = quorumlock(
-        &cluster,
-        &["unlock", "report", "--token", "0123456789abcdef0123456789abcdef"],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(
-        wrong.status.code(),
-        Some(1),
-        "another token deletes nothing: {}",
-        text(&wrong.stderr)
-    );
-    assert!(!cluster.keys("report/").is_empty());
-    let unlock = quorumlock(&cluster, &["unlock", "report", "--token", &token])
-        .output()
-        .unwrap();
-    assert_eq!(unlock.status.code(), Some(0), "{}", text(&unlock.stderr));
-    assert!(cluster.keys("report/").is_empty(), "{:?}", cluster.keys(""));
-    let status = quorumlock(&cluster, &["status", "report"]).output().unwrap();
-    assert_eq!(status.status.code(), Some(0), "free: {}", text(&status.stdout));
-    // Its next keep-alive round finds the key gone: the holder stops.
-    let status = holder.wait(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(exit::LOST), "{}", holder.stderr());
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// The table's member rows: the lines that start with their number.
-fn member_rows(table: &str) -> Vec<&str> {
-    table
-        .lines()
-        .filter(|line| line.starts_with(|c: char| c.is_ascii_digit()))
-        .collect()
-}
-
-#[test]
 fn check_lists_every_member_and_follows_the_redis_rules_on_dead_ones() {
-    let mut cluster = EtcdCluster::start(3);
-    let healthy = with_nodes_flag(&cluster, &["check"]).output().unwrap();
-    let shown = text(&healthy.stdout);
-    assert_eq!(healthy.status.code(), Some(0), "{shown}{}", text(&healthy.stderr));
-    let rows = member_rows(&shown);
-    assert_eq!(rows.len(), 3, "{shown}");
-    assert_eq!(
-        rows.iter().filter(|r| r.contains(" leader ")).count(),
-        1,
-        "{shown}"
-    );
-    assert_eq!(
-        rows.iter().filter(|r| r.contains(" follower ")).count(),
-        2,
-        "{shown}"
-    );
-    assert!(shown.contains("all members fit for an etcd lock"), "{shown}");
-    // One follower dead: an error row, so status 1 as for a dead Redis
-    // node, but a majority of the cluster still answers with a leader.
-    let follower = (0..3).find(|&i| i != cluster.leader()).unwrap();
-    cluster.kill(follower);
-    let degraded = quorumlock(&cluster, &["check", "--timeout", "1s", "--json"])
-        .output()
-        .unwrap();
-    let shown = text(&degraded.stdout);
-    assert_eq!(degraded.status.code(), Some(1), "a member is unusable: {shown}");
-    assert!(shown.contains("\"code\":\"unreachable\""), "{shown}");
-    assert!(shown.contains("\"usable\":2"), "{shown}");
-    assert!(!shown.contains("no_majority"), "two of three answer: {shown}");
+    let (mut cluster, follower, _) =
+        consensus::check_lists_every_server_and_reports_a_dead_follower::<EtcdCluster>();
     // A second one dead: no majority.
     let other = (0..3).find(|&i| i != follower && i != cluster.leader()).unwrap();
     cluster.kill(other);
@@ -322,23 +190,24 @@ fn check_lists_every_member_and_follows_the_redis_rules_on_dead_ones() {
 #[test]
 fn check_warns_about_a_partial_member_list() {
     let cluster = EtcdCluster::start(3);
-    let one = QUORUMLOCK
-        .command(&[])
-        .args(["check", "--nodes", &cluster.member_url(0)])
-        .output()
-        .unwrap();
-    let shown = text(&one.stdout);
-    assert_eq!(one.status.code(), Some(0), "a warning only: {shown}");
+    // `check ARGS` on the first member alone: its status and its stdout.
+    let check_one = |args: &[&str]| {
+        let output = QUORUMLOCK
+            .command(&[])
+            .arg("check")
+            .args(args)
+            .args(["--nodes", &cluster.member_url(0)])
+            .output()
+            .unwrap();
+        (output.status.code(), text(&output.stdout))
+    };
+    let (status, shown) = check_one(&[]);
+    assert_eq!(status, Some(0), "a warning only: {shown}");
     assert!(
         shown.contains("1 of the cluster's 3 members are listed"),
         "{shown}"
     );
-    let strict = QUORUMLOCK
-        .command(&[])
-        .args(["check", "--strict", "--json", "--nodes", &cluster.member_url(0)])
-        .output()
-        .unwrap();
-    let shown = text(&strict.stdout);
-    assert_eq!(strict.status.code(), Some(1), "{shown}");
+    let (status, shown) = check_one(&["--strict", "--json"]);
+    assert_eq!(status, Some(1), "{shown}");
     assert!(shown.contains("\"members_missing\""), "{shown}");
 }

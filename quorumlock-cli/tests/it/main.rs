@@ -14,6 +14,8 @@ mod cli_secrets;
 mod cli_supervision;
 mod completions_and_man;
 mod config_props;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod consensus;
 #[cfg(feature = "demo")]
 mod demo;
 #[cfg(feature = "etcd")]

@@ -243,7 +243,7 @@ fn mono_now_ns() -> u64 {
     u64::try_from(now.tv_sec).expect("secs") * 1_000_000_000 + u64::try_from(now.tv_nsec).expect("nanos")
 }
 
-/// A guardian message: kind and value, little-endian (`Kind` in guardian.rs).
+/// A guardian message: kind and value, little-endian (`Kind` in run/guardian.rs).
 fn message(kind: u64, value: u64) -> [u8; 16] {
     let mut bytes = [0u8; 16];
     bytes[..8].copy_from_slice(&kind.to_le_bytes());

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use super::node;
 use super::shard::Shard;
-use super::{Args, Report};
+use crate::check::{Args, Report};
 use crate::duration::show;
 use crate::nodes::{Resolved, is_redis_cluster, is_sentinel};
 
@@ -221,7 +221,7 @@ fn show_ranges<T: PartialEq + std::fmt::Display>(ranges: &[(T, T)]) -> String {
 }
 
 /// What a member is made of, for the human output; `None` for a server.
-pub(super) fn describe(layout: &MemberLayout) -> Option<String> {
+pub(in crate::check) fn describe(layout: &MemberLayout) -> Option<String> {
     match layout {
         MemberLayout::Server => None,
         MemberLayout::Cluster { primaries } => {
@@ -239,7 +239,7 @@ pub(super) fn describe(layout: &MemberLayout) -> Option<String> {
 }
 
 /// The same as JSON fields: `kind`, and the primaries or the master.
-pub(super) fn json(layout: &MemberLayout) -> Value {
+pub(in crate::check) fn json(layout: &MemberLayout) -> Value {
     match layout {
         MemberLayout::Server => json!({"kind": "server"}),
         MemberLayout::Cluster { primaries } => json!({

@@ -10,13 +10,14 @@ use std::time::Duration;
 use quorumlock::probe::{PTTL, TYPE};
 use redis::aio::MultiplexedConnection;
 
+use super::access;
 use super::command::query;
-use super::{Report, access};
+use crate::check::Report;
 use crate::duration::show;
 
 /// What one node holds under a key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum State {
+pub(in crate::check) enum State {
     Absent,
     /// A string with a ttl: a lock, held until then.
     Held,
@@ -30,7 +31,7 @@ pub(super) enum State {
 
 impl State {
     /// The name used in JSON output (stable).
-    pub(super) fn name(self) -> &'static str {
+    pub(in crate::check) fn name(self) -> &'static str {
         match self {
             State::Absent => "absent",
             State::Held => "held",
@@ -43,18 +44,18 @@ impl State {
 
 /// One key on one node.
 #[derive(Clone, Debug)]
-pub(super) struct KeyState {
-    pub(super) key: String,
-    pub(super) state: State,
+pub(in crate::check) struct KeyState {
+    pub(in crate::check) key: String,
+    pub(in crate::check) state: State,
     /// Redis's name for the value's type, when the key exists.
-    pub(super) kind: Option<String>,
+    pub(in crate::check) kind: Option<String>,
     /// The remaining ttl in milliseconds, when it has one.
-    pub(super) ttl_ms: Option<i64>,
+    pub(in crate::check) ttl_ms: Option<i64>,
 }
 
 impl KeyState {
     /// The state as the human table shows it.
-    pub(super) fn describe(&self) -> String {
+    pub(in crate::check) fn describe(&self) -> String {
         match (self.state, self.ttl_ms) {
             (State::Held, Some(ms)) => {
                 format!(

@@ -17,11 +17,11 @@ use quorumlock::Guard;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, sleep, sleep_until};
 
+use super::guardian::{self, Guardian};
+use super::reap::Reaper;
+use super::sys;
 use crate::duration::show;
 use crate::exit::Exit;
-use crate::guardian::{self, Guardian};
-use crate::reap::Reaper;
-use crate::sys;
 
 /// How often to look whether the command's group is empty once its leader
 /// has exited: the other members need not be our children, so their exits

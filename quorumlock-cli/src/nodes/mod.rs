@@ -17,7 +17,9 @@ use quorumlock::{Redlock, RedlockBuilder, redact_url};
 
 use crate::duration;
 use crate::tls::{self, TlsCa};
-pub(crate) use multi_host::{is_etcd, is_redis_cluster, is_sentinel, is_zookeeper};
+#[cfg(feature = "etcd")]
+pub(crate) use multi_host::is_etcd;
+pub(crate) use multi_host::{is_redis_cluster, is_sentinel, is_zookeeper};
 use multi_host::{missing_feature, split};
 
 mod multi_host;

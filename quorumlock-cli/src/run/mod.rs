@@ -13,12 +13,12 @@
 //!   another owner) can leave an overlap, of at most the grace period.
 //!
 //! The command starts only while the lock has more validity left than
-//! `--grace` and one renewal round (see [`crate::start`]), checked by the
+//! `--grace` and one renewal round (see [`start`]), checked by the
 //! command's process itself right before exec; when quorumlock was held up
 //! since taking the lock, the command does not run (exit 79).
 //!
 //! No process of the command outlives the lock, whatever ends quorumlock:
-//! - A guardian process (see [`crate::guardian`]) kills the command's group
+//! - A guardian process (see [`guardian`]) kills the command's group
 //!   when quorumlock dies (SIGKILL, the OOM killer) or stops renewing in time
 //!   (SIGSTOP, a hang): it is told the lock's validity deadline after every
 //!   renewal.
@@ -26,7 +26,7 @@
 //!   SIGTERM, then SIGKILL after `--grace`; the lock is kept, and renewed,
 //!   until the group is empty, and released only then.
 //! - quorumlock is a child subreaper and reaps every child (see
-//!   [`crate::reap`]), so orphans of the command leave no zombies, also when
+//!   [`reap`]), so orphans of the command leave no zombies, also when
 //!   quorumlock is PID 1 in a container. Processes that leave the group
 //!   (`setsid`, `setpgid`) are out of its reach.
 //!
@@ -41,8 +41,13 @@
 //! validity may have passed. The guardian enforces the same while
 //! quorumlock is stopped.
 
+pub(crate) mod guardian;
 mod help;
 mod metrics_file;
+mod reap;
+mod start;
+mod supervise;
+mod sys;
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
@@ -54,12 +59,9 @@ use tokio::time::Instant;
 
 use crate::duration::{self, show};
 use crate::exit::{self, Exit};
-use crate::guardian;
-use crate::start;
-use crate::supervise::{self, Ending, Job, Signals, Termination};
-use crate::sys;
 use crate::{Nodes, fail};
 use metrics_file::Timeline;
+use supervise::{Ending, Job, Signals, Termination};
 
 /// The grace period when `--grace` is not given (and the ttl allows it):
 /// long enough for a command to flush and close what it has open, short

@@ -20,13 +20,13 @@ use std::time::Duration;
 use quorumlock::Guard;
 use tokio::time::{Instant, sleep_until};
 
+use super::guardian::{self, Guardian, Kind, MESSAGE_LEN};
+use super::reap::Reaper;
+use super::sys::{self, Disposition};
 use crate::duration::show;
 use crate::exit::Exit;
 use crate::fail;
-use crate::guardian::{self, Guardian, Kind, MESSAGE_LEN};
 use crate::nodes;
-use crate::reap::Reaper;
-use crate::sys::{self, Disposition};
 
 /// How long to wait for the guardian to exit after it was told to stand
 /// down; it exits at once, so this only bounds a guardian that hangs.

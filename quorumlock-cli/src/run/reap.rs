@@ -13,7 +13,7 @@ use std::process::ExitStatus;
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::sys;
+use super::sys;
 
 /// Collects the exit statuses of quorumlock's children.
 pub(crate) struct Reaper {

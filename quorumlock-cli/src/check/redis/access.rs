@@ -22,7 +22,7 @@ use tokio::time::timeout;
 
 use super::command::{no_reply, query};
 use super::shard::{self, Shard};
-use super::{Level, Report};
+use crate::check::{Level, Report};
 
 /// The ttl of every probe key: long enough to outlast the probe on a slow
 /// link, short enough that a key the user may not delete is gone soon.

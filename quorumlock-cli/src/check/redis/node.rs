@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::command::query;
 use super::shard::{self, Shard};
-use super::{Args, Report, access, keys};
+use super::{access, keys};
+use crate::check::{Args, Report};
 use crate::duration::show;
 use crate::nodes::Resolved;
 

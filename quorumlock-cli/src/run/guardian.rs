@@ -35,8 +35,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::sys::{self, Disposition, Readiness};
 use crate::nodes;
-use crate::sys::{self, Disposition, Readiness};
 
 /// Bytes in one message: the kind, then the value.
 pub(crate) const MESSAGE_LEN: usize = 16;
