@@ -7,6 +7,7 @@
 //! `redis+sentinel://s1:26379,s2:26379/mymaster`), in a list whose URLs are
 //! comma separated too.
 
+use quorumlock::probe::NodeKind;
 use quorumlock::redact_url;
 
 /// The URLs in `text`: comma or newline separated, trimmed; empty entries
@@ -34,10 +35,9 @@ pub(super) fn split(text: &str) -> Vec<String> {
     urls
 }
 
-/// A store that one URL names whole, its servers comma separated.
+/// A consensus store whose backend is a cargo feature of this binary.
 struct Cluster {
-    /// The schemes of its URLs.
-    schemes: &'static [&'static str],
+    kind: NodeKind,
     /// The cargo feature of quorumlock-cli that builds its backend.
     feature: &'static str,
     /// Whether this binary was built with that feature.
@@ -46,75 +46,64 @@ struct Cluster {
     build_needs: &'static str,
 }
 
-const ETCD: Cluster = Cluster {
-    schemes: &["etcd://", "etcds://"],
-    feature: "etcd",
-    built: cfg!(feature = "etcd"),
-    build_needs: "; building it needs protoc",
-};
-
-const ZOOKEEPER: Cluster = Cluster {
-    schemes: &["zk://"],
-    feature: "zookeeper",
-    built: cfg!(feature = "zookeeper"),
-    build_needs: "",
-};
-
-/// Every cluster store: an etcd cluster, a ZooKeeper ensemble.
-const CLUSTERS: &[Cluster] = &[ETCD, ZOOKEEPER];
-
-impl Cluster {
-    fn names(&self, url: &str) -> bool {
-        self.schemes.iter().any(|scheme| url.starts_with(scheme))
-    }
-}
+/// Every consensus store: an etcd cluster, a ZooKeeper ensemble.
+const CLUSTERS: &[Cluster] = &[
+    Cluster {
+        kind: NodeKind::Etcd,
+        feature: "etcd",
+        built: cfg!(feature = "etcd"),
+        build_needs: "; building it needs protoc",
+    },
+    Cluster {
+        kind: NodeKind::ZooKeeper,
+        feature: "zookeeper",
+        built: cfg!(feature = "zookeeper"),
+        build_needs: "",
+    },
+];
 
 /// Whether `url` names an etcd cluster: asked only in a build that can
 /// check one.
 #[cfg(feature = "etcd")]
 pub(crate) fn is_etcd(url: &str) -> bool {
-    ETCD.names(url)
+    NodeKind::of(url) == NodeKind::Etcd
 }
 
 /// Whether `url` names a ZooKeeper ensemble.
 pub(crate) fn is_zookeeper(url: &str) -> bool {
-    ZOOKEEPER.names(url)
+    NodeKind::of(url) == NodeKind::ZooKeeper
 }
-
-/// The schemes of a Redis Cluster as one node.
-const REDIS_CLUSTER: &[&str] = &["redis+cluster://", "rediss+cluster://"];
-
-/// The schemes of a Sentinel-managed Redis master as one node.
-const SENTINEL: &[&str] = &["redis+sentinel://", "rediss+sentinel://"];
 
 /// Whether `url` names a Redis Cluster, its servers comma separated.
 pub(crate) fn is_redis_cluster(url: &str) -> bool {
-    REDIS_CLUSTER.iter().any(|scheme| url.starts_with(scheme))
+    NodeKind::of(url) == NodeKind::RedisCluster
 }
 
 /// Whether `url` names a Sentinel-managed master, its sentinels comma
 /// separated.
 pub(crate) fn is_sentinel(url: &str) -> bool {
-    SENTINEL.iter().any(|scheme| url.starts_with(scheme))
+    NodeKind::of(url) == NodeKind::Sentinel
 }
 
 /// Whether `url` names one node of several hosts, comma separated: an etcd
 /// cluster, a ZooKeeper ensemble, a Redis Cluster or a Sentinel-managed
 /// master.
 fn is_multi_host(url: &str) -> bool {
-    CLUSTERS.iter().any(|cluster| cluster.names(url)) || is_redis_cluster(url) || is_sentinel(url)
+    NodeKind::of(url).names_several_hosts()
 }
 
 /// The usage error for a cluster URL whose backend this build lacks. The
 /// library's own error names its cargo feature; the binary's user needs to
 /// know which build to install.
 pub(super) fn missing_feature(url: &str) -> Option<String> {
-    let cluster = CLUSTERS.iter().find(|c| c.names(url) && !c.built)?;
+    let kind = NodeKind::of(url);
+    let cluster = CLUSTERS.iter().find(|c| c.kind == kind && !c.built)?;
+    let scheme = url.split_once("://").map_or(url, |(scheme, _)| scheme);
     Some(format!(
-        "{}: {} nodes need quorumlock built with the `{}` feature \
+        "{}: {}:// nodes need quorumlock built with the `{}` feature \
          (cargo install quorumlock-cli --features {}{})",
         redact_url(url),
-        cluster.schemes[0],
+        scheme,
         cluster.feature,
         cluster.feature,
         cluster.build_needs

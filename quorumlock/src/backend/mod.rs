@@ -22,6 +22,7 @@
 mod cluster;
 #[cfg(feature = "etcd")]
 pub(crate) mod etcd;
+pub(crate) mod node_kind;
 pub mod probe;
 pub(crate) mod redlock;
 #[cfg(feature = "zookeeper")]
@@ -34,6 +35,7 @@ use tokio::time::Instant;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
+use crate::backend::node_kind::NodeKind;
 use crate::backend::redlock::attempt::attempt;
 use crate::backend::redlock::kind::Kind;
 use crate::backend::redlock::masters::Masters;
@@ -289,14 +291,10 @@ pub(crate) enum ClusterUrl {
 /// apart, so scheme-less items after it are joined back to it. `nodes`
 /// counts every node given, `redis::Client`s included.
 pub(crate) fn cluster_url(urls: &[&str], nodes: usize) -> Result<Option<ClusterUrl>> {
-    let kind = |url: &str| {
-        if url.starts_with("etcd://") || url.starts_with("etcds://") {
-            Some(ClusterUrl::Etcd as fn(String) -> ClusterUrl)
-        } else if url.starts_with("zk://") {
-            Some(ClusterUrl::ZooKeeper as fn(String) -> ClusterUrl)
-        } else {
-            None
-        }
+    let kind = |url: &str| match NodeKind::of(url) {
+        NodeKind::Etcd => Some(ClusterUrl::Etcd as fn(String) -> ClusterUrl),
+        NodeKind::ZooKeeper => Some(ClusterUrl::ZooKeeper as fn(String) -> ClusterUrl),
+        _ => None,
     };
     if !urls.iter().any(|url| kind(url).is_some()) {
         return Ok(None);

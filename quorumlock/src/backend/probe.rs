@@ -5,6 +5,7 @@
 //! namespace ([`RESERVED_PREFIX`](crate::RESERVED_PREFIX)) and deletes them
 //! again.
 //!
+//! - [`NodeKind`]: which store a node URL names, by its scheme;
 //! - on Redis: every command the library sends a node ([`COMMANDS`]), and
 //!   a [`Probe`] that tries each one;
 //! - [`member_layout`]: what a Redis Cluster or a Sentinel-managed member
@@ -21,6 +22,7 @@ pub mod etcd {
     pub use crate::backend::etcd::probe::*;
 }
 
+pub use crate::backend::node_kind::NodeKind;
 pub use crate::backend::redlock::node::{Layout as MemberLayout, layout_of as member_layout};
 
 /// A majority of `nodes`, `nodes / 2 + 1`: how many Redis nodes must grant

@@ -18,14 +18,15 @@ use super::cluster::Cluster;
 use super::server::Server;
 use super::target::{SentinelMaster, Target};
 use super::{Node, Settings};
+use crate::backend::node_kind::NodeKind;
 use crate::redact::redact_url;
 
 /// The member `url` names.
 pub(super) fn member(url: &str, settings: &Settings) -> Result<Node, String> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    match scheme {
-        "redis+cluster" | "rediss+cluster" => cluster(url, scheme, rest, settings),
-        "redis+sentinel" | "rediss+sentinel" => sentinel(url, scheme, rest, settings),
+    match NodeKind::of(url) {
+        NodeKind::RedisCluster => cluster(url, scheme, rest, settings),
+        NodeKind::Sentinel => sentinel(url, scheme, rest, settings),
         _ => Ok(Node::from_client(client(url)?, settings)),
     }
 }
