@@ -19,8 +19,9 @@
 //!
 //! ZAB, ZooKeeper's atomic broadcast, replaces the Redlock majority: a write
 //! counts once a majority of the ensemble has logged it, and an elected
-//! leader has every acknowledged write. docs/design.md has the layer map and
-//! docs/safety.md the guarantees.
+//! leader has every acknowledged write. docs/how-it-works.md ("The
+//! ZooKeeper backend") has the recipe and why it is safe, docs/design.md the
+//! layer map and docs/safety.md the guarantees.
 
 pub(crate) mod heartbeat;
 pub(crate) mod hold;
