@@ -10,7 +10,7 @@ CONFIG RESETSTAT), e.g.
 
 Each line is the server's own time per EVALSHA (usec_per_call), which the
 speed of this client does not affect, and the time of the commands the
-script ran. Used for docs/design.md, section 15.
+script ran. Used for docs/how-it-works.md, "Batching of acquires and releases".
 """
 import socket
 import sys

@@ -4,7 +4,7 @@
 //! rules the library keeps itself.
 //!
 //! The figures behind the choices (benchmarks, measurements) are in
-//! docs/benchmarks.md and docs/design.md, not here.
+//! docs/benchmarks.md and docs/how-it-works.md, not here.
 
 use std::time::Duration;
 
@@ -149,7 +149,7 @@ pub(crate) const FENCE_ROUNDS: u32 = 4;
 /// run ahead of the clocks by the number of tokens issued faster than one
 /// per µs, so the new value is larger as long as the nodes' clocks neither
 /// differ nor step back by anything near a day. The argument in full is in
-/// docs/design.md.
+/// docs/how-it-works.md ("Fencing tokens", "Retention").
 pub(crate) const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Default time a stored result (or cached failure) is kept: 24 hours.

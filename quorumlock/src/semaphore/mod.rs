@@ -11,7 +11,7 @@
 //! B on {2, 3} and C on {1, 3}: each node counts 2, each holder has a
 //! majority, and there are three holders. A permit that is a lock cannot be
 //! counted twice: two holders of permit `i` would need two majorities of
-//! the same key, which intersect (docs/design.md, the semaphore section).
+//! the same key, which intersect (docs/how-it-works.md, "Semaphores").
 
 pub(crate) mod permit;
 mod waiting;

@@ -76,7 +76,7 @@ async fn fence_keys_expire_after_their_retention() {
         .await
         .expect("lock");
     guard.release().await.expect("release");
-    // The retention docs/design.md and docs/operations.md promise: a day.
+    // The retention docs/how-it-works.md and docs/operations.md promise: a day.
     let retention: i64 = 24 * 60 * 60 * 1000;
     eventually("every node has the fence", Duration::from_secs(2), || {
         nodes.iter().all(|n| dbsize(n) == 1)

@@ -19,7 +19,9 @@
 //! The Raft quorum inside the cluster replaces the Redlock majority: a
 //! write counts once a majority of members has it, and a new leader has
 //! every acknowledged write, so a member that dies or restarts loses no
-//! lock. docs/design.md has the layer map and docs/safety.md the guarantees.
+//! lock. docs/how-it-works.md ("The etcd backend") has the recipe and why
+//! it is safe, docs/design.md the layer map and docs/safety.md the
+//! guarantees.
 
 pub(crate) mod hold;
 pub(crate) mod inspect;

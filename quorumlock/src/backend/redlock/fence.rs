@@ -24,7 +24,8 @@
 //! and accepted `T_B` only because `T_B > T_A`. A node restarted without
 //! persistence forgets its fences; the time floor of step 1 keeps new values
 //! above old tokens (which are node times plus small increments), as long as
-//! node clocks do not step backwards. The full argument is in docs/design.md.
+//! node clocks do not step backwards. The full argument is in
+//! docs/how-it-works.md, "Fencing tokens".
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

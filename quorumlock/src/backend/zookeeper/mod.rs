@@ -12,15 +12,17 @@
 //!   timeout that it vouches for ([`ZK_TRUSTED_SHARE`]), so the loss signal
 //!   fires before the ensemble can expire the session.
 //! - The fencing token is a zxid, which the ensemble makes monotonic: the
-//!   node's creation zxid when the lock was free at once, the zxid of a
-//!   write to our node after a wait. Either is above every zxid at which an
-//!   earlier holder held the lock, because that holder's node was deleted
-//!   after it and before ours was created or written.
+//!   parent node's `pzxid` (the zxid of its last child creation or
+//!   deletion) read in the listing that found our node first, the largest
+//!   over a multi-resource lock's resources. It is at least the zxid of the
+//!   deletion of every earlier holder's node, which came after that holder
+//!   read its own token.
 //!
 //! ZAB, ZooKeeper's atomic broadcast, replaces the Redlock majority: a write
 //! counts once a majority of the ensemble has logged it, and an elected
-//! leader has every acknowledged write. docs/design.md has the layer map and
-//! docs/safety.md the guarantees.
+//! leader has every acknowledged write. docs/how-it-works.md ("The
+//! ZooKeeper backend") has the recipe and why it is safe, docs/design.md the
+//! layer map and docs/safety.md the guarantees.
 
 pub(crate) mod heartbeat;
 pub(crate) mod hold;
