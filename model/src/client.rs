@@ -329,7 +329,7 @@ impl State {
         }
     }
 
-    /// A renewal round counts one node's status (`watchdog::renew` and
+    /// A renewal round counts one node's status (`lock::renewal::renew` and
     /// `apply`).
     fn on_renew(&mut self, config: &Config, client: usize, node: usize, of: (u8, u8), status: Renewed) {
         let (now, rogue) = (self.now, self.rogue());
@@ -364,12 +364,12 @@ impl State {
                 self.lose(config, client, token);
             }
         } else if count(round.foreign) > config.nodes - config.quorum() {
-            // `watchdog::apply`: a majority holds another token.
+            // `lock::renewal::apply`: a majority holds another token.
             self.lose(config, client, token);
         }
     }
 
-    /// The loss (`watchdog::lose`, or the local timer in `Held::lost`): the
+    /// The loss (`lock::renewal::lose`, or the local timer in `Held::lost`): the
     /// holder is told once, and the release goes to every node.
     fn lose(&mut self, config: &Config, client: usize, token: u8) {
         self.ghost.lost = true;
@@ -383,7 +383,7 @@ impl State {
         }
     }
 
-    /// The watchdog starts a renewal round (`watchdog::renew`): one `RENEW`
+    /// The watchdog starts a renewal round (`lock::renewal::renew`): one `RENEW`
     /// per node, the new validity to run from now.
     pub fn start_renewal(&mut self, config: &Config, client: usize) {
         let now = self.now;

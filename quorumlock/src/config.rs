@@ -114,7 +114,7 @@ pub const DEFAULT_MIN_VALIDITY: Duration = Duration::ZERO;
 /// Validity a lock must still have, beyond one renewal round, for guarded
 /// work to start under it ([`crate::Guard::start_deadline`]).
 ///
-/// BackgroundWork is started by [`crate::Redlock::with_lock`] (its first poll), the
+/// Work is started by [`crate::Redlock::with_lock`] (its first poll), the
 /// blocking client's `with_lock` (the closure's call) and `quorumlock run`
 /// (the command's exec). Between taking the lock and that start, the
 /// process can stall: a runtime thread busy with other work, a blocked log

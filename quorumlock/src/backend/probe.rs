@@ -39,7 +39,7 @@ pub fn majority(nodes: usize) -> usize {
 }
 
 /// The clock drift allowance a client with the default settings takes off
-/// a lock of `ttl` (see [`Builder::drift`](crate::Builder::drift)): a node
+/// a lock of `ttl` (see [`RedlockBuilder::drift`](crate::RedlockBuilder::drift)): a node
 /// whose key outlives the lock's validity by less than this still keeps
 /// other owners out.
 ///
