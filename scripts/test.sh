@@ -40,29 +40,26 @@ step cargo test --release -p quorumlock-model
 # The API docs build without a broken link.
 step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 # Each store's feature must keep compiling without the other's (the code that
-# names them lives in the library's backend/ and the CLI's check/); no
-# feature at all is the build below. tls and blocking ride along.
+# names them lives in the library's backend/ and the CLI's check/). The
+# builds without `tls` run the unit tests that say rediss:// is then a
+# configuration error of the library and a usage error of the binary.
 step cargo check -p quorumlock --features etcd,tls,blocking
-step cargo check -p quorumlock --features zookeeper
-step cargo check -p quorumlock-cli --features zookeeper,tls,demo
-# Without `tls`, rediss:// is a configuration error of the library and a usage
-# error of the binary: the two tests of that (#[cfg(not(feature = "tls"))])
-# need a build without it. Default features, and the workspace's packages
-# (no -p) for the examples and benchmarks below, which share this build.
-step cargo test -p quorumlock -p quorumlock-cli --test it -- --exact config::tls_urls_need_the_tls_feature \
-  exit_statuses::tls_options_without_the_tls_feature_are_a_usage_error
-# Examples in their short mode, against local nodes they start; each asserts its outcome.
+step cargo test -p quorumlock --features zookeeper --lib
+step cargo test -p quorumlock-cli --features zookeeper,demo --bins
+# Examples in their short mode, against local nodes they start; each asserts
+# its outcome. All features, as the test run above: `cargo test` built the
+# examples already, and the benchmarks below share its build of the library.
 for example in cron_guard api_key_pool inventory document_worker; do
-  step cargo run --quiet --example "$example" -- --short
+  step cargo run --quiet --all-features --example "$example" -- --short
 done
-step cargo run --quiet --example inventory -- --short --restart
+step cargo run --quiet --all-features --example inventory -- --short --restart
 # Benchmarks only as smoke runs (tiny counts): their code must not rot.
-step cargo test --bench latency -- --smoke
-step cargo test --bench watchdog -- --smoke
-step cargo test --bench throughput -- --smoke
-step cargo test --bench cycle_profile -- --smoke
-step cargo test --bench cycle_profile -- --smoke raw
-step cargo test --bench criterion_lock
+step cargo test --all-features --bench latency -- --smoke
+step cargo test --all-features --bench watchdog -- --smoke
+step cargo test --all-features --bench throughput -- --smoke
+step cargo test --all-features --bench cycle_profile -- --smoke
+step cargo test --all-features --bench cycle_profile -- --smoke raw
+step cargo test --all-features --bench criterion_lock
 # The comparison with the peer crates (a package of its own, so that the
 # commands above never compile them), every scenario with tiny counts; it
 # writes to a temp dir, not to docs/.

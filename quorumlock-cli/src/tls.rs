@@ -80,4 +80,15 @@ mod tests {
         assert!(!super::is_tls("redis://h:1"));
         assert!(!super::is_tls("red"));
     }
+
+    /// Without the `tls` feature `--tls-ca` is a usage error naming the
+    /// feature (test.sh runs the binary's unit tests in a build without
+    /// it).
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn a_ca_without_the_tls_feature_is_a_usage_error() {
+        let error = super::read_ca(std::path::Path::new("/dev/null")).err();
+        let error = error.expect("a usage error");
+        assert!(error.contains("`tls` feature"), "{error}");
+    }
 }

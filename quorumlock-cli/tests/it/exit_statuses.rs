@@ -120,24 +120,3 @@ fn bad_arguments_exit_2_with_a_message() {
         );
     }
 }
-
-#[cfg(not(feature = "tls"))]
-#[test]
-fn tls_options_without_the_tls_feature_are_a_usage_error() {
-    let out = output(
-        &[],
-        &[
-            "check",
-            "--tls-ca",
-            "/dev/null",
-            "--nodes",
-            "rediss://127.0.0.1:1",
-        ],
-    );
-    assert_eq!(out.status.code(), Some(exit::USAGE));
-    assert!(
-        text(&out.stderr).contains("`tls` feature"),
-        "{}",
-        text(&out.stderr)
-    );
-}

@@ -42,16 +42,6 @@ fn bad_urls_are_rejected_without_leaking_the_password() {
     assert!(!message.contains("hunter2"), "{message}");
 }
 
-#[cfg(not(feature = "tls"))]
-#[test]
-fn tls_urls_need_the_tls_feature() {
-    let message = config_error(
-        Setting::Nodes,
-        Redlock::builder().node("rediss://127.0.0.1:6380").build(),
-    );
-    assert!(message.contains("tls"), "{message}");
-}
-
 #[test]
 fn bad_timing_settings_are_rejected() {
     let node = "redis://127.0.0.1:1";

@@ -203,4 +203,19 @@ mod tests {
             assert!(!error.contains("secret"), "{error}");
         }
     }
+
+    /// Without the `tls` feature a `rediss://` node is a configuration
+    /// error of the builder, naming the feature (test.sh runs the library's
+    /// unit tests in a build without it).
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn rediss_urls_need_the_tls_feature() {
+        match crate::Redlock::builder().node("rediss://127.0.0.1:6380").build() {
+            Err(crate::Error::Config(error)) => {
+                assert_eq!(error.setting(), crate::Setting::Nodes, "{error}");
+                assert!(error.to_string().contains("`tls` feature"), "{error}");
+            }
+            other => panic!("expected a Config error about the nodes, got {other:?}"),
+        }
+    }
 }
