@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use quorumlock_testkit::checker::{Api, Checker, Renewal};
+use quorumlock_testkit::consensus_chaos::{ConsensusAction as EtcdAction, ConsensusTarget};
 use quorumlock_testkit::etcd::EtcdCluster;
-use quorumlock_testkit::etcd_chaos::{EtcdAction, EtcdTarget};
 use quorumlock_testkit::faults::Schedule;
 
 use super::{TTL, ms};
@@ -42,7 +42,7 @@ async fn run(scenario: &str, faults: &[(EtcdAction, EtcdAction)]) {
             .wait(FAULT_FOR)
             .then(heal.clone());
     }
-    let target = EtcdTarget::new(EtcdCluster::start(MEMBERS));
+    let target = ConsensusTarget::new(EtcdCluster::start(MEMBERS));
     let (report, target) = checker.run(target, schedule.wait(ms(500))).await;
     report.assert_safe();
     // The history is in the order of `enter`; without overlaps, that is

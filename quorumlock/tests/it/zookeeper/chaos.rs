@@ -9,9 +9,9 @@
 use std::time::Duration;
 
 use quorumlock_testkit::checker::{Api, Checker, Renewal};
+use quorumlock_testkit::consensus_chaos::{ConsensusAction as ZkAction, ConsensusTarget};
 use quorumlock_testkit::faults::Schedule;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
-use quorumlock_testkit::zookeeper_chaos::{ZkAction, ZkTarget};
 
 use super::{TTL, ms};
 
@@ -40,7 +40,7 @@ async fn run(scenario: &str, faults: &[(ZkAction, ZkAction)]) {
             .wait(FAULT_FOR)
             .then(heal.clone());
     }
-    let target = ZkTarget::new(ZkEnsemble::start(SERVERS));
+    let target = ConsensusTarget::new(ZkEnsemble::start(SERVERS));
     let (report, target) = checker.run(target, schedule.wait(ms(500))).await;
     report.assert_safe();
     // The history is in the order of `enter`; without overlaps, that is
