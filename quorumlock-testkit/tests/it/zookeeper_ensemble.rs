@@ -15,6 +15,8 @@ use quorumlock_testkit::faults::Target;
 use quorumlock_testkit::server::Paused;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
 
+use crate::{hosts_of_three, wait_until};
+
 /// The chaos target over a ZooKeeper ensemble.
 type ZkTarget = ConsensusTarget<ZkEnsemble>;
 
@@ -22,19 +24,6 @@ type ZkTarget = ConsensusTarget<ZkEnsemble>;
 /// notice after half a second, and the election itself takes a few
 /// hundred milliseconds; the rest is room for a loaded CI machine.
 const ELECTION_LIMIT: Duration = Duration::from_secs(10);
-
-/// Polls `condition` every 20 ms until it holds; panics naming `what` once
-/// `limit` has passed.
-fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// What server `i`'s `srvr` says its mode is, or `None` when it does not
 /// answer or does not serve: the test's own probe, independent of the
@@ -66,13 +55,9 @@ fn three_servers_elect_a_new_leader_after_a_kill() {
     let started = Instant::now();
     let mut zk = ZkEnsemble::start(3);
     eprintln!("3-server ensemble serving after {:?}", started.elapsed());
-    assert_eq!(zk.len(), 3);
+    let hosts = hosts_of_three(&zk);
     assert!(zk.pids().iter().all(Option::is_some));
-    let hosts: Vec<String> = (0..3)
-        .map(|i| format!("127.0.0.1:{}", zk.client_port(i)))
-        .collect();
     assert_eq!(zk.connect_string(), hosts.join(","));
-    assert_eq!(zk.url(), format!("zk://{}", hosts.join(",")));
 
     let all = modes(&zk);
     assert!(one_leader_rest_follow(&all), "modes: {all:?}");
