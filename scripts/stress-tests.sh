@@ -12,7 +12,8 @@
 #   STRESS_FILTER='zookeeper:: etcd::' bash scripts/stress-tests.sh
 #       only the tests whose name contains one of these words (the test
 #       binaries' own filter: a test's name is its module path, such as
-#       zookeeper::chaos::..., and binaries with none of them run nothing)
+#       consensus::zookeeper::chaos::..., and binaries with none of them
+#       run nothing)
 #
 # Logs go to $STRESS_DIR (default: a new temp dir); failures are listed at the
 # end, and the exit code is 1 if any run failed.

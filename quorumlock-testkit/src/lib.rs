@@ -29,13 +29,13 @@
 //!   would swallow.
 //! - [`etcd`]: an [`etcd::EtcdCluster`] of one or more real `etcd` members
 //!   on free loopback ports, killed when dropped; kill, restart and SIGSTOP
-//!   pauses of single members, the leader, `etcdctl` commands;
-//!   [`etcd_chaos`]: such a cluster as a target of the checker.
+//!   pauses of single members, the leader, `etcdctl` commands.
 //! - [`zookeeper`]: a [`zookeeper::ZkEnsemble`] of one or three real
 //!   ZooKeeper servers on free loopback ports, killed when dropped; kill,
 //!   restart and SIGSTOP pauses of single servers, the leader (from
-//!   `srvr`), the children of a znode;
-//!   [`zookeeper_chaos`]: such an ensemble as a target of the checker.
+//!   `srvr`), the children of a znode.
+//! - [`consensus_chaos`]: such a cluster or ensemble as a target of the
+//!   checker, one [`consensus_chaos::ConsensusTarget`] for both stores.
 //! - [`redis_cluster`]: a [`redis_cluster::RedisCluster`] of real
 //!   `redis-server --cluster-enabled yes` nodes on free loopback ports
 //!   (primaries and replicas, formed with `redis-cli --cluster create`),
@@ -104,8 +104,8 @@
 pub mod alloc;
 pub mod checker;
 pub mod cli;
+pub mod consensus_chaos;
 pub mod etcd;
-pub mod etcd_chaos;
 pub mod fake;
 pub mod faults;
 pub mod panics;
@@ -119,7 +119,6 @@ mod shim;
 pub mod skew;
 pub mod stall;
 pub mod zookeeper;
-pub mod zookeeper_chaos;
 
 use std::time::Duration;
 

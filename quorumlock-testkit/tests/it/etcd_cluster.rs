@@ -6,22 +6,11 @@ use std::time::{Duration, Instant};
 
 use quorumlock_testkit::etcd::EtcdCluster;
 
+use crate::{hosts_of_three, wait_until};
+
 /// How long a new leader may take after the old one is killed: a few
 /// election timeouts, with room for a loaded CI machine.
 const ELECTION_LIMIT: Duration = Duration::from_secs(5);
-
-/// Polls `condition` every 20 ms until it holds; panics naming `what` once
-/// `limit` has passed.
-fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// The members' endpoints other than member `i`'s, for etcdctl.
 fn endpoints_except(cluster: &EtcdCluster, i: usize) -> String {
@@ -35,13 +24,9 @@ fn endpoints_except(cluster: &EtcdCluster, i: usize) -> String {
 #[test]
 fn three_members_put_and_get() {
     let cluster = EtcdCluster::start(3);
-    assert_eq!(cluster.len(), 3);
+    let ports = hosts_of_three(&cluster);
     assert!(cluster.pids().iter().all(Option::is_some));
-    let ports: Vec<String> = (0..3)
-        .map(|i| format!("127.0.0.1:{}", cluster.client_port(i)))
-        .collect();
     assert_eq!(cluster.endpoints(), ports.join(","));
-    assert_eq!(cluster.url(), format!("etcd://{}", ports.join(",")));
     assert_eq!(cluster.member_url(1), format!("etcd://{}", ports[1]));
 
     assert_eq!(

@@ -2,36 +2,28 @@
 //! one leader, elects another when its leader is killed or paused, and
 //! takes the old one back; a kazoo client's ephemeral sequential znode
 //! shows in `children`, and goes with its session; one server runs
-//! standalone; each chaos action of a `ZkTarget` does what it says, as a
-//! kazoo client behind the target's proxies sees it.
+//! standalone; each chaos action of a `ConsensusTarget` does what it
+//! says, as a kazoo client behind the target's proxies sees it.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use quorumlock_testkit::consensus_chaos::{ConsensusAction, ConsensusTarget};
 use quorumlock_testkit::faults::Target;
 use quorumlock_testkit::server::Paused;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
-use quorumlock_testkit::zookeeper_chaos::{ZkAction, ZkTarget};
+
+use crate::{hosts_of_three, wait_until};
+
+/// The chaos target over a ZooKeeper ensemble.
+type ZkTarget = ConsensusTarget<ZkEnsemble>;
 
 /// How long a new leader may take after the old one is killed: followers
 /// notice after half a second, and the election itself takes a few
 /// hundred milliseconds; the rest is room for a loaded CI machine.
 const ELECTION_LIMIT: Duration = Duration::from_secs(10);
-
-/// Polls `condition` every 20 ms until it holds; panics naming `what` once
-/// `limit` has passed.
-fn wait_until(what: &str, limit: Duration, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(
-            started.elapsed() < limit,
-            "timed out after {limit:?} waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// What server `i`'s `srvr` says its mode is, or `None` when it does not
 /// answer or does not serve: the test's own probe, independent of the
@@ -63,13 +55,9 @@ fn three_servers_elect_a_new_leader_after_a_kill() {
     let started = Instant::now();
     let mut zk = ZkEnsemble::start(3);
     eprintln!("3-server ensemble serving after {:?}", started.elapsed());
-    assert_eq!(zk.len(), 3);
+    let hosts = hosts_of_three(&zk);
     assert!(zk.pids().iter().all(Option::is_some));
-    let hosts: Vec<String> = (0..3)
-        .map(|i| format!("127.0.0.1:{}", zk.client_port(i)))
-        .collect();
     assert_eq!(zk.connect_string(), hosts.join(","));
-    assert_eq!(zk.url(), format!("zk://{}", hosts.join(",")));
 
     let all = modes(&zk);
     assert!(one_leader_rest_follow(&all), "modes: {all:?}");
@@ -245,13 +233,13 @@ fn proxy_ports(target: &ZkTarget, servers: impl IntoIterator<Item = usize>) -> V
 
 /// The ports of the proxies in front of every server but `i`.
 fn proxy_ports_except(target: &ZkTarget, i: usize) -> Vec<u16> {
-    proxy_ports(target, (0..target.ensemble.len()).filter(|&j| j != i))
+    proxy_ports(target, (0..target.members.len()).filter(|&j| j != i))
 }
 
 /// CutOff silences one server's proxy only; Reconnect brings it back.
 fn cut_off_and_reconnect(target: &mut ZkTarget) {
     let cut = 1;
-    target.apply(&ZkAction::CutOff(cut));
+    target.apply(&ConsensusAction::CutOff(cut));
     assert!(target.is_degraded());
     assert_eq!(serves(&[target.proxy_port(cut)], SILENCE), [false]);
     assert_eq!(
@@ -260,10 +248,10 @@ fn cut_off_and_reconnect(target: &mut ZkTarget) {
     );
     // Cut off from the clients, not from the ensemble: it still serves
     // a client that reaches it directly.
-    let direct = target.ensemble.client_port(cut);
+    let direct = target.members.client_port(cut);
     assert_eq!(serves(&[direct], ANSWER_LIMIT), [true]);
 
-    target.apply(&ZkAction::Reconnect);
+    target.apply(&ConsensusAction::Reconnect);
     assert!(!target.is_degraded());
     assert_eq!(serves(&[target.proxy_port(cut)], ANSWER_LIMIT), [true]);
 }
@@ -271,15 +259,15 @@ fn cut_off_and_reconnect(target: &mut ZkTarget) {
 /// KillFollower keeps the leader, KillLeader has the others elect a new
 /// one, and StartKilled brings each killed server back.
 fn kill_and_start(target: &mut ZkTarget) {
-    let leader = target.ensemble.leader();
-    target.apply(&ZkAction::KillFollower);
+    let leader = target.members.leader();
+    target.apply(&ConsensusAction::KillFollower);
     assert!(target.is_degraded());
     let follower = (0..3)
-        .find(|&i| !target.ensemble.is_running(i))
+        .find(|&i| !target.members.is_running(i))
         .expect("a killed server");
     assert_ne!(follower, leader);
     assert_eq!(
-        target.ensemble.leader(),
+        target.members.leader(),
         leader,
         "a follower's death keeps the leader"
     );
@@ -287,25 +275,25 @@ fn kill_and_start(target: &mut ZkTarget) {
         serves(&proxy_ports_except(target, follower), ANSWER_LIMIT),
         [true, true]
     );
-    target.apply(&ZkAction::StartKilled);
-    assert!(target.ensemble.is_running(follower));
+    target.apply(&ConsensusAction::StartKilled);
+    assert!(target.members.is_running(follower));
     assert!(!target.is_degraded());
 
     let elected = Instant::now();
-    target.apply(&ZkAction::KillLeader);
-    assert!(!target.ensemble.is_running(leader));
+    target.apply(&ConsensusAction::KillLeader);
+    assert!(!target.members.is_running(leader));
     // Waits for the survivors to agree on a leader among themselves.
-    let new = target.ensemble.leader();
+    let new = target.members.leader();
     assert_ne!(new, leader);
     eprintln!("s{new} leads {:?} after s{leader} was killed", elected.elapsed());
     assert_eq!(
         serves(&proxy_ports_except(target, leader), ANSWER_LIMIT),
         [true, true]
     );
-    target.apply(&ZkAction::StartKilled);
+    target.apply(&ConsensusAction::StartKilled);
     assert!(!target.is_degraded());
     assert_eq!(
-        target.ensemble.leader(),
+        target.members.leader(),
         new,
         "the old leader rejoins as a follower"
     );
@@ -315,12 +303,12 @@ fn kill_and_start(target: &mut ZkTarget) {
 /// PauseLeader silences the leader and has the others elect a new one;
 /// ResumeAll brings it back as a follower.
 fn pause_and_resume(target: &mut ZkTarget) {
-    let leader = target.ensemble.leader();
-    target.apply(&ZkAction::PauseLeader);
-    assert!(target.ensemble.is_running(leader), "a paused server runs");
+    let leader = target.members.leader();
+    target.apply(&ConsensusAction::PauseLeader);
+    assert!(target.members.is_running(leader), "a paused server runs");
     assert!(target.is_degraded());
     // The paused leader does not answer `srvr`, so this is the others'.
-    let new = target.ensemble.leader();
+    let new = target.members.leader();
     assert_ne!(new, leader);
     assert_eq!(serves(&[target.proxy_port(leader)], SILENCE), [false]);
     assert_eq!(
@@ -328,10 +316,10 @@ fn pause_and_resume(target: &mut ZkTarget) {
         [true, true]
     );
 
-    target.apply(&ZkAction::ResumeAll);
+    target.apply(&ConsensusAction::ResumeAll);
     assert!(!target.is_degraded());
     // Waits until the resumed server serves again, under the new leader.
-    assert_eq!(target.ensemble.leader(), new);
+    assert_eq!(target.members.leader(), new);
     assert_eq!(serves(&proxy_ports(target, 0..3), ANSWER_LIMIT), [true; 3]);
 }
 
@@ -346,13 +334,13 @@ fn each_chaos_action_has_its_effect_on_three_servers() {
         .build()
         .expect("tokio runtime");
     let _proxies_run_here = runtime.enter();
-    let mut target = ZkTarget::new(ZkEnsemble::start(3));
+    let mut target = ConsensusTarget::new(ZkEnsemble::start(3));
     let hosts: Vec<String> = (0..3)
         .map(|i| format!("127.0.0.1:{}", target.proxy_port(i)))
         .collect();
     assert_eq!(target.urls(), [format!("zk://{}", hosts.join(","))]);
     assert_eq!(target.connect_string(), hosts.join(","));
-    assert!((0..3).all(|i| target.proxy_port(i) != target.ensemble.client_port(i)));
+    assert!((0..3).all(|i| target.proxy_port(i) != target.members.client_port(i)));
     assert!(!target.is_degraded());
     assert_eq!(serves(&proxy_ports(&target, 0..3), ANSWER_LIMIT), [true; 3]);
 
@@ -368,18 +356,48 @@ fn each_chaos_action_has_its_effect_on_three_servers() {
 #[test]
 fn chaos_actions_read_as_what_they_do() {
     let cases = [
-        (ZkAction::KillLeader, "kill the leader", "kill leader", true),
-        (ZkAction::KillFollower, "kill a follower", "kill follower", true),
-        (ZkAction::StartKilled, "start the killed servers", "start", false),
-        (ZkAction::PauseLeader, "pause the leader", "pause leader", true),
-        (ZkAction::ResumeAll, "resume the paused servers", "resume", false),
         (
-            ZkAction::CutOff(2),
-            "cut server 2 off from the clients",
+            ConsensusAction::KillLeader,
+            "kill the leader",
+            "kill leader",
+            true,
+        ),
+        (
+            ConsensusAction::KillFollower,
+            "kill a follower",
+            "kill follower",
+            true,
+        ),
+        (
+            ConsensusAction::StartKilled,
+            "start the killed members",
+            "start",
+            false,
+        ),
+        (
+            ConsensusAction::PauseLeader,
+            "pause the leader",
+            "pause leader",
+            true,
+        ),
+        (
+            ConsensusAction::ResumeAll,
+            "resume the paused members",
+            "resume",
+            false,
+        ),
+        (
+            ConsensusAction::CutOff(2),
+            "cut member 2 off from the clients",
             "cut off",
             true,
         ),
-        (ZkAction::Reconnect, "reconnect every server", "reconnect", false),
+        (
+            ConsensusAction::Reconnect,
+            "reconnect every member",
+            "reconnect",
+            false,
+        ),
     ];
     for (action, text, kind, is_fault) in cases {
         assert_eq!(action.to_string(), text);

@@ -11,7 +11,9 @@
 //! and `tokens.rs` (forks the process).
 //!
 //! The modules of the optional backends and of the blocking client are
-//! compiled with the package feature they need.
+//! compiled with the package feature they need: `consensus` (the etcd and
+//! ZooKeeper stores' conformance suite) with either store's, and in it each
+//! store's module with its own.
 
 mod async_send_sync;
 mod batching;
@@ -23,9 +25,9 @@ mod chaos;
 mod config;
 mod config_props;
 mod connection_health;
+#[cfg(any(feature = "etcd", feature = "zookeeper"))]
+mod consensus;
 mod contention;
-#[cfg(feature = "etcd")]
-mod etcd;
 mod fast_clock;
 mod fencing;
 mod handoff;
@@ -46,5 +48,3 @@ mod semaphore;
 mod sentinel;
 mod start_window;
 mod watchdog;
-#[cfg(feature = "zookeeper")]
-mod zookeeper;

@@ -1,17 +1,16 @@
-//! The blocking client (feature `blocking`) on etcd: the same calls as on
-//! Redis, renewal while the caller's thread is busy, release.
+//! The blocking client (feature `blocking`) on a consensus store: the same
+//! calls as on Redis, renewal while the caller's thread is busy, release.
 
 use std::time::Duration;
 
 use quorumlock::blocking::Redlock;
-use quorumlock_testkit::etcd::EtcdCluster;
 
 use super::TTL;
+use super::store::{Space, Store};
 
-#[test]
-fn the_blocking_client_locks_renews_and_releases_on_etcd() {
-    let cluster = EtcdCluster::start(1);
-    let client = || Redlock::builder().node(cluster.url()).build_blocking().unwrap();
+pub fn the_blocking_client_locks_renews_and_releases<S: Store>() {
+    let space = Space::<S>::shared("blocking");
+    let client = || Redlock::builder().node(space.url()).build_blocking().unwrap();
     let (a, b) = (client(), client());
     let guard = a.try_lock("blocking", TTL).unwrap().expect("free");
     assert!(guard.fence_token().is_some());
@@ -23,5 +22,5 @@ fn the_blocking_client_locks_renews_and_releases_on_etcd() {
     assert_eq!(guard.release().unwrap().deleted, 1);
     let taken = b.with_lock("blocking", TTL, |g| g.fence_token()).unwrap();
     assert!(taken.is_some());
-    assert!(cluster.keys("blocking/").is_empty());
+    assert!(space.line("blocking").is_empty());
 }

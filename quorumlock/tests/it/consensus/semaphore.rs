@@ -1,22 +1,12 @@
-//! A semaphore on an etcd cluster: its permits are locks of the store's own
-//! recipe, and a waiter polls at the retry delay (one line per key).
+//! A semaphore on a consensus store: its permits are locks of the store's
+//! own recipe, and a waiter polls at the retry delay (one line per key).
 
-use quorumlock::Redlock;
-use quorumlock_testkit::etcd::EtcdCluster;
-
+use super::store::{Space, Store};
 use super::{TTL, ms};
 
-fn client(cluster: &EtcdCluster) -> Redlock {
-    Redlock::builder()
-        .node(cluster.url())
-        .build()
-        .expect("etcd client")
-}
-
-#[tokio::test]
-async fn a_semaphore_hands_out_k_permits_and_a_waiter_gets_the_released_one() {
-    let store = EtcdCluster::start(1);
-    let (a, b) = (client(&store), client(&store));
+pub async fn a_semaphore_hands_out_k_permits_and_a_waiter_gets_the_released_one<S: Store>() {
+    let space = Space::<S>::shared("semaphore");
+    let (a, b) = (space.client(), space.client());
     let pool = a.semaphore("pool", 2).unwrap();
     let first = pool.try_acquire(TTL).await.unwrap().expect("a free permit");
     let second = pool.try_acquire(TTL).await.unwrap().expect("a free permit");
