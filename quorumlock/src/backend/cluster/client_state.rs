@@ -2,6 +2,7 @@
 //! cluster is: the timing settings, the background work, the renewal of
 //! held locks and the registry a shutdown gives back.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::lock::holders::Holders;
 use crate::lock::lease::{Lease, TtlUnit, check_ttl, drift};
 use crate::lock::renewal::Renewal;
-use crate::tasks::Tasks;
+use crate::tasks::{BackgroundWork, Tasks};
 
 /// A client's state on one cluster: `Kept` is what the store keeps of one
 /// held lock (its keys, its nodes), `Renewed` what its renewal round keeps
@@ -95,5 +96,36 @@ impl<Kept, Renewed> ClientState<Kept, Renewed> {
     /// down, which takes every lock).
     pub(crate) fn lost(&self) -> Error {
         super::lost(self.is_closed())
+    }
+
+    /// Runs `cleanup` in the background as tracked release work, again
+    /// every `every` until it succeeds or `retry_for` has passed (after
+    /// which the store has ended what it would delete by itself: a lease
+    /// expired, a session gone); never blocks. Without a runtime nothing
+    /// runs, and the store's own expiry ends it. `gave_up` is logged with
+    /// the last error when the time runs out.
+    pub(crate) fn retry_in_background<F, Fut>(
+        &self,
+        every: Duration,
+        retry_for: Duration,
+        gave_up: String,
+        mut cleanup: F,
+    ) where
+        F: FnMut() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<()>> + Send,
+    {
+        let until = Instant::now() + retry_for;
+        self.tasks.spawn_if_running(BackgroundWork::Release, async move {
+            loop {
+                let Err(error) = cleanup().await else {
+                    return;
+                };
+                if Instant::now() + every >= until {
+                    tracing::warn!(%error, "{gave_up}");
+                    return;
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
     }
 }

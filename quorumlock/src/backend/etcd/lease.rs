@@ -13,7 +13,6 @@ use super::Cluster;
 use crate::config::etcd::ETCD_RENEW_RETRY;
 use crate::error::{Error, Result};
 use crate::lock::state::Held;
-use crate::tasks::BackgroundWork;
 
 /// Our key on one resource.
 #[derive(Clone, Debug)]
@@ -112,22 +111,15 @@ pub(crate) async fn revoke(store: &Cluster, lease: i64) -> Result<()> {
 /// ttl.
 pub(crate) fn revoke_in_background(store: &Arc<Cluster>, lease: i64, ttl: Duration) {
     let task_store = Arc::clone(store);
-    let until = Instant::now() + ttl;
-    store
-        .state
-        .tasks
-        .spawn_if_running(BackgroundWork::Release, async move {
-            loop {
-                let Err(error) = revoke(&task_store, lease).await else {
-                    return;
-                };
-                if Instant::now() + ETCD_RENEW_RETRY >= until {
-                    tracing::warn!(%error, lease, "etcd lease revoke failed; it expires with its ttl");
-                    return;
-                }
-                tokio::time::sleep(ETCD_RENEW_RETRY).await;
-            }
-        });
+    store.state.retry_in_background(
+        ETCD_RENEW_RETRY,
+        ttl,
+        format!("etcd lease {lease:x} revoke failed; it expires with its ttl"),
+        move || {
+            let store = Arc::clone(&task_store);
+            async move { revoke(&store, lease).await }
+        },
+    );
 }
 
 /// Attaches every key of the lock to a new lease of `seconds`, if every key

@@ -12,7 +12,6 @@ use super::{Ensemble, ZkResult};
 use crate::config::zookeeper::ZK_RETRY;
 use crate::error::Result;
 use crate::lock::state::Held;
-use crate::tasks::BackgroundWork;
 
 /// Our node on one resource.
 #[derive(Clone, Debug)]
@@ -90,22 +89,15 @@ pub(crate) async fn delete(store: &Ensemble, nodes: &Nodes) -> Result<()> {
 /// old); never blocks. Without a runtime the nodes end with the session.
 pub(crate) fn delete_in_background(store: &Arc<Ensemble>, nodes: &Arc<Nodes>, retry_for: Duration) {
     let (task_store, nodes) = (Arc::clone(store), Arc::clone(nodes));
-    let until = Instant::now() + retry_for;
-    store
-        .state
-        .tasks
-        .spawn_if_running(BackgroundWork::Release, async move {
-            loop {
-                let Err(error) = delete(&task_store, &nodes).await else {
-                    return;
-                };
-                if Instant::now() + ZK_RETRY >= until {
-                    tracing::warn!(%error, "ZooKeeper lock release failed; its nodes end with the session");
-                    return;
-                }
-                tokio::time::sleep(ZK_RETRY).await;
-            }
-        });
+    store.state.retry_in_background(
+        ZK_RETRY,
+        retry_for,
+        "ZooKeeper lock release failed; its nodes end with the session".into(),
+        move || {
+            let (store, nodes) = (Arc::clone(&task_store), Arc::clone(&nodes));
+            async move { delete(&store, &nodes).await }
+        },
+    );
 }
 
 /// Deletes, in the background and as tracked work, every node named after
@@ -122,19 +114,16 @@ pub(crate) fn delete_by_token(
     retry_for: Duration,
 ) {
     let task_store = Arc::clone(store);
-    let until = Instant::now() + retry_for;
-    store.state.tasks.spawn_if_running(BackgroundWork::Release, async move {
-        loop {
-            let Err(error) = delete_named(&task_store, &parents, &token).await else {
-                return;
-            };
-            if Instant::now() + ZK_RETRY >= until {
-                tracing::warn!(%error, "ZooKeeper cleanup of a failed attempt failed; its nodes end with the session");
-                return;
-            }
-            tokio::time::sleep(ZK_RETRY).await;
-        }
-    });
+    let (parents, token): (Arc<[String]>, Arc<str>) = (parents.into(), token.into());
+    store.state.retry_in_background(
+        ZK_RETRY,
+        retry_for,
+        "ZooKeeper cleanup of a failed attempt failed; its nodes end with the session".into(),
+        move || {
+            let (store, parents, token) = (Arc::clone(&task_store), Arc::clone(&parents), Arc::clone(&token));
+            async move { delete_named(&store, &parents, &token).await }
+        },
+    );
 }
 
 /// Deletes every contender node under `parents` whose name starts with `token`.
