@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 
-use super::{Store, is_closed, lost, release};
+use super::{Lock, Store, is_closed, lost, release};
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
 use crate::lock::hold::Hold;
@@ -53,7 +53,7 @@ impl<S: Store> ClusterHold<S> {
         if !held.is_held() {
             return Err(self.lost_error(0));
         }
-        let lease = match self.store.renew_now(held, &self.kept, ttl).await {
+        let lease = match S::renew_now(Lock::new(&self.store, held, &self.kept), ttl).await {
             Ok(lease) => lease,
             Err(error @ Error::Lost { .. }) => {
                 held.mark_lost(Loss::Taken);
@@ -92,7 +92,7 @@ impl<S: Store> Hold for ClusterHold<S> {
     }
 
     fn release<'a>(&'a self, held: &'a Held, claimed: bool) -> BoxFuture<'a, Result<ReleaseReport>> {
-        release(claimed, self.store.give_back(held, &self.kept)).boxed()
+        release(claimed, S::give_back(Lock::new(&self.store, held, &self.kept))).boxed()
     }
 
     fn release_in_background(&self, held: &Arc<Held>) {

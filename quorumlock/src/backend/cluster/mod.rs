@@ -31,6 +31,20 @@ use crate::lock::state::Held;
 use crate::options::LockOptions;
 use crate::tasks::BackgroundWork;
 
+/// One held lock on a store: what the store's half of an extend or a
+/// release works on.
+pub(crate) struct Lock<'a, S: Store> {
+    pub(crate) store: &'a Arc<S>,
+    pub(crate) held: &'a Held,
+    pub(crate) kept: &'a Arc<S::Kept>,
+}
+
+impl<'a, S: Store> Lock<'a, S> {
+    pub(crate) fn new(store: &'a Arc<S>, held: &'a Held, kept: &'a Arc<S::Kept>) -> Self {
+        Lock { store, held, kept }
+    }
+}
+
 /// A store that is one cluster: what the shared code needs of it.
 pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
     /// What the store keeps of one held lock: its keys, its nodes.
@@ -46,20 +60,11 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
     /// The store's half of an extend: the lock's keys or nodes confirmed,
     /// and made to last `ttl`; what that makes ours. [`Error::Lost`] when
     /// they are gone.
-    fn renew_now<'a>(
-        self: &'a Arc<Self>,
-        held: &'a Held,
-        kept: &'a Self::Kept,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<Lease>>;
+    fn renew_now(lock: Lock<'_, Self>, ttl: Duration) -> BoxFuture<'_, Result<Lease>>;
 
     /// Gives the lock back: its keys or nodes deleted, or kept until the
     /// instant returned (a minimum hold).
-    fn give_back<'a>(
-        self: &'a Arc<Self>,
-        held: &'a Held,
-        kept: &'a Arc<Self::Kept>,
-    ) -> BoxFuture<'a, Result<Option<Instant>>>;
+    fn give_back(lock: Lock<'_, Self>) -> BoxFuture<'_, Result<Option<Instant>>>;
 
     /// [`Store::give_back`] as tracked background work (a dropped guard, a
     /// lost lock): a give-back that fails has left its own retries running.
@@ -68,7 +73,7 @@ pub(crate) trait Store: Send + Sync + fmt::Debug + Sized + 'static {
         self.state()
             .tasks
             .spawn_if_running(BackgroundWork::Release, async move {
-                if let Err(error) = store.give_back(&held, &kept).await {
+                if let Err(error) = Self::give_back(Lock::new(&store, &held, &kept)).await {
                     tracing::debug!(%error, ?store, "release failed; trying again in the background");
                 }
             });
@@ -122,7 +127,7 @@ pub(crate) async fn shutdown<S: Store>(store: &Arc<S>, deadline: Instant) -> Rel
     let outcomes = state
         .holders
         .give_back_all(|held, kept| async move {
-            let given = tokio::time::timeout_at(deadline, store.give_back(&held, &kept)).await;
+            let given = tokio::time::timeout_at(deadline, S::give_back(Lock::new(store, &held, &kept))).await;
             matches!(given, Ok(Ok(_)))
         })
         .await;

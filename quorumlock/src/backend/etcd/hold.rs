@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::Cluster;
 use super::keepalive::{Entry, EtcdRound};
 use super::lease::{Keys, give_back, relocate};
-use crate::backend::cluster::{self, ClientState, ClusterHold};
+use crate::backend::cluster::{self, ClientState, ClusterHold, Lock};
 use crate::error::Result;
 use crate::lock::guard::Guard;
 use crate::lock::lease::Lease;
@@ -38,26 +38,17 @@ impl cluster::Store for Cluster {
 
     /// Moves the lock to a lease of `ttl` (see [`relocate`]): valid for
     /// that lease, measured from the grant's sending.
-    fn renew_now<'a>(
-        self: &'a Arc<Self>,
-        held: &'a Held,
-        keys: &'a Keys,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<Lease>> {
+    fn renew_now(lock: Lock<'_, Self>, ttl: Duration) -> BoxFuture<'_, Result<Lease>> {
         async move {
             let seconds = i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX);
-            let (sent, granted) = relocate(self, keys, seconds, held.ttl()).await?;
-            Ok(self.lease(sent, granted))
+            let (sent, granted) = relocate(lock.store, lock.kept, seconds, lock.held.ttl()).await?;
+            Ok(lock.store.lease(sent, granted))
         }
         .boxed()
     }
 
-    fn give_back<'a>(
-        self: &'a Arc<Self>,
-        held: &'a Held,
-        keys: &'a Arc<Keys>,
-    ) -> BoxFuture<'a, Result<Option<Instant>>> {
-        give_back(self, held, keys).boxed()
+    fn give_back(lock: Lock<'_, Self>) -> BoxFuture<'_, Result<Option<Instant>>> {
+        give_back(lock.store, lock.held, lock.kept).boxed()
     }
 
     fn close(&self) -> BoxFuture<'_, ()> {

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use super::Ensemble;
 use super::heartbeat::ZooKeeperRound;
 use super::nodes::{Nodes, give_back};
-use crate::backend::cluster::{self, ClientState, ClusterHold};
+use crate::backend::cluster::{self, ClientState, ClusterHold, Lock};
 use crate::error::Result;
 use crate::lock::guard::Guard;
 use crate::lock::lease::Lease;
@@ -44,35 +44,27 @@ impl cluster::Store for Ensemble {
     /// One heartbeat for this lock (a `sync` through the leader and a read
     /// of its nodes): valid for `ttl` (within what the session vouches for)
     /// from the heartbeat's sending.
-    fn renew_now<'a>(
-        self: &'a Arc<Self>,
-        _held: &'a Held,
-        nodes: &'a Nodes,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<Lease>> {
+    fn renew_now(lock: Lock<'_, Self>, ttl: Duration) -> BoxFuture<'_, Result<Lease>> {
+        let store = lock.store;
         async move {
-            let client = self.client().await?;
+            let client = store.client().await?;
             let sent = Instant::now();
-            let deadline = sent + self.state.request_timeout;
+            let deadline = sent + store.state.request_timeout;
             let (synced, present) = tokio::join!(
-                self.call_by(deadline, client.sync("/")),
-                nodes.all_present(self, &client, deadline)
+                store.call_by(deadline, client.sync("/")),
+                lock.kept.all_present(store, &client, deadline)
             );
-            synced.map_err(|e| self.failed(&e))?;
-            if !present.map_err(|e| self.failed(&e))? {
-                return Err(self.state.lost());
+            synced.map_err(|e| store.failed(&e))?;
+            if !present.map_err(|e| store.failed(&e))? {
+                return Err(store.state.lost());
             }
-            Ok(self.lease(&client, sent, ttl))
+            Ok(store.lease(&client, sent, ttl))
         }
         .boxed()
     }
 
-    fn give_back<'a>(
-        self: &'a Arc<Self>,
-        held: &'a Held,
-        nodes: &'a Arc<Nodes>,
-    ) -> BoxFuture<'a, Result<Option<Instant>>> {
-        async move { give_back(self, held, nodes).await.map(|()| None) }.boxed()
+    fn give_back(lock: Lock<'_, Self>) -> BoxFuture<'_, Result<Option<Instant>>> {
+        async move { give_back(lock.store, lock.held, lock.kept).await.map(|()| None) }.boxed()
     }
 
     /// The session, which deletes any node of it left.
