@@ -108,6 +108,7 @@ pub mod consensus_chaos;
 pub mod etcd;
 pub mod fake;
 pub mod faults;
+mod members;
 pub mod panics;
 pub mod proxy;
 pub mod redis_cluster;

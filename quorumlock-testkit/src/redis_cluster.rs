@@ -13,7 +13,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::etcd::poll;
+use crate::members::poll;
 use crate::redis_proc::{COMMAND_TIMEOUT, Proc, query_within};
 use crate::server::Paused;
 

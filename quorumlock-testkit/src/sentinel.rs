@@ -11,7 +11,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::etcd::{free_ports, poll};
+use crate::members::{free_ports, poll};
 use crate::redis_proc::{Proc, fresh_dir, info_field, path_str, probe};
 use crate::server::{Paused, Persistence, RedisServer};
 

@@ -8,7 +8,7 @@ use std::io;
 
 use super::parts::admin;
 use super::{CLUSTER_SLOTS, HEALTHY_TIMEOUT, RedisCluster};
-use crate::etcd::poll;
+use crate::members::poll;
 
 impl RedisCluster {
     /// Forms the cluster from its started nodes: nodes `0..primaries` serve
