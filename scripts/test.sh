@@ -27,25 +27,49 @@ else
   echo "clippy not installed: skipping lints" >&2
 fi
 
+# The protocol model (the safe configurations explored exhaustively and the
+# negative controls' counterexamples, a release build), the builds of single
+# features, and the build of the comparison runner, whose peer crates nothing
+# else compiles: CPU-bound work that runs in the background at the lowest
+# priority while the tests below, which mostly wait on their servers' timers,
+# leave the CPUs idle. It takes only what the tests leave (nice 19), in a
+# target directory of its own (a cargo build holds its directory's lock until
+# it ends); its log follows the tests'.
+background=target/background
+mkdir -p "$background"
+(
+  set -e
+  export CARGO_TARGET_DIR="$background"
+  step nice -n 19 cargo test --release -p quorumlock-model
+  # Each store's feature must keep compiling without the other's (the code
+  # that names them lives in the library's backend/ and the CLI's check/).
+  # These builds without `tls` run the unit tests that say rediss:// is then
+  # a configuration error of the library and a usage error of the binary.
+  step nice -n 19 cargo test -p quorumlock --features zookeeper --lib
+  step nice -n 19 cargo test -p quorumlock-cli --features zookeeper,demo --bins
+  step nice -n 19 cargo build --quiet -p quorumlock-compare
+) >"$background/log" 2>&1 &
+background_pid=$!
 # Library, CLI, test kit, integration tests and the README/rustdoc examples,
 # with every feature of the three packages: the library's etcd, ZooKeeper and
 # blocking clients and rediss:// (and etcds://) over TLS, the CLI's demo, etcd,
 # ZooKeeper and tls. One feature set for every test, so that one build serves
 # them all; it is the clippy run's above, whose build scripts and proc macros
 # it reuses. Every test binary runs, so that one failure does not hide another.
-step cargo test --no-fail-fast --all-features
-# The protocol model: the safe configurations explored exhaustively and the
-# negative controls' counterexamples (release build: about a minute on 2 cores).
-step cargo test --release -p quorumlock-model
+tests_status=0
+step cargo test --no-fail-fast --all-features || tests_status=$?
+background_status=0
+wait "$background_pid" || background_status=$?
+cat "$background/log"
+if [ "$tests_status" -ne 0 ] || [ "$background_status" -ne 0 ]; then
+  echo "test.sh: the tests exited $tests_status, the background work $background_status" >&2
+  exit 1
+fi
 # The API docs build without a broken link.
 step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
-# Each store's feature must keep compiling without the other's (the code that
-# names them lives in the library's backend/ and the CLI's check/). The
-# builds without `tls` run the unit tests that say rediss:// is then a
-# configuration error of the library and a usage error of the binary.
+# The etcd feature without ZooKeeper's (the background above builds
+# ZooKeeper's without etcd's).
 step cargo check -p quorumlock --features etcd,tls,blocking
-step cargo test -p quorumlock --features zookeeper --lib
-step cargo test -p quorumlock-cli --features zookeeper,demo --bins
 # Examples in their short mode, against local nodes they start; each asserts
 # its outcome. All features, as the test run above: `cargo test` built the
 # examples already, and the benchmarks below share its build of the library.
@@ -60,9 +84,9 @@ step cargo test --all-features --bench throughput -- --smoke
 step cargo test --all-features --bench cycle_profile -- --smoke
 step cargo test --all-features --bench cycle_profile -- --smoke raw
 step cargo test --all-features --bench criterion_lock
-# The comparison with the peer crates (a package of its own, so that the
-# commands above never compile them), every scenario with tiny counts; it
-# writes to a temp dir, not to docs/.
-step cargo run --quiet -p quorumlock-compare -- --smoke
+# The comparison with the peer crates (a package of its own, built in the
+# background above, so that the other commands never compile the peers),
+# every scenario with tiny counts; it writes to a temp dir, not to docs/.
+step env CARGO_TARGET_DIR="$background" cargo run --quiet -p quorumlock-compare -- --smoke
 
 echo "test.sh: passed in $SECONDS s" >&2
