@@ -95,7 +95,14 @@ impl<Kept, Renewed> ClientState<Kept, Renewed> {
     /// The lock is no longer ours ([`Error::Closed`] once the client shut
     /// down, which takes every lock).
     pub(crate) fn lost(&self) -> Error {
-        super::lost(self.is_closed())
+        if self.is_closed() {
+            return Error::Closed;
+        }
+        Error::Lost {
+            confirmed: 0,
+            quorum: 1,
+            nodes: 1,
+        }
     }
 
     /// Runs `cleanup` in the background as tracked release work, again

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 
-use super::{Lock, Store, is_closed, lost, release};
+use super::{Lock, Store, release};
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
 use crate::lock::hold::Hold;
@@ -47,7 +47,7 @@ impl<S: Store> ClusterHold<S> {
     /// at least `min_validity`.
     async fn extend_on_store(&self, held: &Held, ttl: Duration, min_validity: Duration) -> Result<()> {
         let ttl = self.store.state().check_ttl(ttl, min_validity)?;
-        if is_closed(&*self.store) {
+        if self.store.state().is_closed() {
             return Err(Error::Closed);
         }
         if !held.is_held() {
@@ -75,11 +75,11 @@ impl<S: Store> Hold for ClusterHold<S> {
     }
 
     fn is_closed(&self) -> bool {
-        is_closed(&*self.store)
+        self.store.state().is_closed()
     }
 
     fn lost_error(&self, _confirmed: usize) -> Error {
-        lost(is_closed(&*self.store))
+        self.store.state().lost()
     }
 
     fn extend<'a>(

@@ -1,19 +1,17 @@
 //! Attempts at a lock on a store that keeps its own line of waiters (an
 //! etcd cluster, a ZooKeeper ensemble), tried again while the wait lasts.
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use tokio::time::Instant;
 
-use super::{Recipe, is_closed};
+use super::Recipe;
 use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
-use crate::lock::state::Held;
 use crate::metrics;
 use crate::options::LockOptions;
 use crate::random;
@@ -36,46 +34,39 @@ pub(crate) fn lock<'a, S: Recipe>(
 ) -> BoxFuture<'a, Result<Guard>> {
     async move {
         let ttl = store.lock_ttl(options, ttl)?;
-        take(store, options, waiting, |deadline| {
-            store.attempt(options, resources, ttl, deadline)
-        })
-        .await
+        take(store, options, resources, ttl, waiting).await
     }
     .boxed()
 }
 
-/// Runs `attempt` once when `waiting` is false, otherwise until it takes
+/// Runs the store's attempt once when `waiting` is false, otherwise until it takes
 /// the lock or [`LockOptions::wait`] runs out: each attempt gets the wait's
 /// deadline, and one that failed on the store (unreachable, lost, validity
 /// used up) is tried again after the retry delay while the wait and the
 /// attempt budget last. A client shut down ends it with [`Error::Closed`].
 ///
-/// Returns the guard of what `attempt` took, with how many attempts that
+/// Returns the guard of what the attempt took, with how many attempts that
 /// made; records each attempt's duration and outcome ([`metrics::attempt`]).
 ///
 /// A waiter whose place vanished ([`Error::Lost`]: the store expired its
 /// lease or session, a long failover) that may not try again gets
 /// [`Recipe::lost_in_line`] instead, which says why it gave up.
-async fn take<S, F, Fut>(
+async fn take<S: Recipe>(
     store: &Arc<S>,
     options: &LockOptions,
+    resources: &Resources,
+    ttl: S::LockTtl,
     waiting: bool,
-    mut attempt: F,
-) -> Result<Guard>
-where
-    S: Recipe,
-    F: FnMut(Option<Instant>) -> Fut,
-    Fut: Future<Output = Result<(Held, S::Kept)>>,
-{
+) -> Result<Guard> {
     let deadline = waiting.then(|| deadline_after(options.wait));
     let mut attempts = 0;
     loop {
-        if is_closed(&**store) {
+        if store.state().is_closed() {
             return Err(Error::Closed);
         }
         attempts += 1;
         let started = Instant::now();
-        let result = attempt(deadline).await;
+        let result = store.attempt(options, resources, ttl, deadline).await;
         metrics::attempt(started.elapsed(), &result);
         let error = match result {
             Ok((held, kept)) => {

@@ -113,11 +113,6 @@ pub(crate) trait Recipe: Store {
     fn lost_in_line(&self) -> Error;
 }
 
-/// Whether the client was shut down.
-pub(crate) fn is_closed(store: &impl Store) -> bool {
-    store.state().is_closed()
-}
-
 /// Ends the client on `store`: no new lock, every held lock given back by
 /// `deadline` (each with whether that was confirmed), the background work
 /// still running at the deadline, then what the store closes last.
@@ -142,19 +137,6 @@ pub(crate) fn held() -> Error {
         refused: 1,
         nodes: 1,
         errors: Vec::new(),
-    }
-}
-
-/// The lock is no longer ours ([`Error::Closed`] once the client shut
-/// down, which takes every lock).
-pub(crate) fn lost(closed: bool) -> Error {
-    if closed {
-        return Error::Closed;
-    }
-    Error::Lost {
-        confirmed: 0,
-        quorum: 1,
-        nodes: 1,
     }
 }
 
