@@ -3,6 +3,8 @@
 //! one state per class of renamings, its canonical form, which cuts the
 //! states by up to N! without changing which properties hold.
 
+use std::cmp::Ordering;
+
 use crate::state::{Nodes, Phase, State};
 
 /// Moves bit `from[i]` of `set` to bit `i`.
@@ -50,21 +52,37 @@ fn rename(phase: &mut Phase, order: &[usize]) {
 
 /// The canonical form of `state`: nodes sorted by everything that tells
 /// them apart (the node, the requests queued to it, what each client knows
-/// of it, the ghost's record of it).
+/// of it, the ghost's record of it), compared field by field in that order.
+/// The comparison allocates nothing: it runs for every state the checker
+/// generates.
 pub fn canonical(state: State) -> State {
     let nodes = state.nodes.len();
     let clients = state.clients.len();
-    let key = |n: usize| {
-        let queues: Vec<_> = (0..clients).map(|c| &state.to_node[c * nodes + n]).collect();
-        let known: Vec<_> = state
-            .clients
-            .iter()
-            .map(|client| sets(&client.phase).map(|set| (set >> n) & 1))
-            .collect();
-        (state.nodes[n], queues, known, state.ghost.excused[n])
+    let compare = |a: usize, b: usize| {
+        state.nodes[a]
+            .cmp(&state.nodes[b])
+            .then_with(|| {
+                (0..clients)
+                    .map(|c| state.to_node[c * nodes + a].cmp(&state.to_node[c * nodes + b]))
+                    .find(|order| order.is_ne())
+                    .unwrap_or(Ordering::Equal)
+            })
+            .then_with(|| {
+                state
+                    .clients
+                    .iter()
+                    .map(|client| {
+                        let sets = sets(&client.phase);
+                        sets.map(|set| (set >> a) & 1)
+                            .cmp(&sets.map(|set| (set >> b) & 1))
+                    })
+                    .find(|order| order.is_ne())
+                    .unwrap_or(Ordering::Equal)
+            })
+            .then_with(|| state.ghost.excused[a].cmp(&state.ghost.excused[b]))
     };
     let mut order: Vec<usize> = (0..nodes).collect();
-    order.sort_by_cached_key(|&n| key(n));
+    order.sort_by(|&a, &b| compare(a, b));
     if order.iter().enumerate().all(|(i, &n)| i == n) {
         return state;
     }
@@ -73,7 +91,7 @@ pub fn canonical(state: State) -> State {
         out.nodes[to] = state.nodes[from];
         out.ghost.excused[to] = state.ghost.excused[from];
         for c in 0..clients {
-            out.to_node[c * nodes + to] = state.to_node[c * nodes + from].clone();
+            out.to_node[c * nodes + to].clone_from(&state.to_node[c * nodes + from]);
         }
     }
     for client in &mut out.clients {
