@@ -28,13 +28,12 @@ else
 fi
 
 # The protocol model (the safe configurations explored exhaustively and the
-# negative controls' counterexamples, a release build), the builds of single
-# features, and the build of the comparison runner, whose peer crates nothing
-# else compiles: CPU-bound work that runs in the background at the lowest
-# priority while the tests below, which mostly wait on their servers' timers,
-# leave the CPUs idle. It takes only what the tests leave (nice 19), in a
-# target directory of its own (a cargo build holds its directory's lock until
-# it ends); its log follows the tests'.
+# negative controls' counterexamples, a release build) and the build of the
+# library and the binary with ZooKeeper alone: CPU-bound work that runs in
+# the background at the lowest priority while the tests below, which mostly
+# wait on their servers' timers, leave the CPUs idle. It takes only what the
+# tests leave (nice 19), in a target directory of its own (a cargo build holds
+# its directory's lock until it ends); its log follows the tests'.
 background=target/background
 mkdir -p "$background"
 (
@@ -45,19 +44,24 @@ mkdir -p "$background"
   # that names them lives in the library's backend/ and the CLI's check/).
   # These builds without `tls` run the unit tests that say rediss:// is then
   # a configuration error of the library and a usage error of the binary.
-  step nice -n 19 cargo test -p quorumlock --features zookeeper --lib
-  step nice -n 19 cargo test -p quorumlock-cli --features zookeeper,demo --bins
-  step nice -n 19 cargo build --quiet -p quorumlock-compare
+  # One cargo command for both packages, so that their dependencies build once.
+  step nice -n 19 cargo test -p quorumlock -p quorumlock-cli \
+    --features quorumlock/zookeeper,quorumlock-cli/zookeeper,quorumlock-cli/demo --lib --bins
 ) >"$background/log" 2>&1 &
 background_pid=$!
 # Library, CLI, test kit, integration tests and the README/rustdoc examples,
 # with every feature of the three packages: the library's etcd, ZooKeeper and
 # blocking clients and rediss:// (and etcds://) over TLS, the CLI's demo, etcd,
-# ZooKeeper and tls. One feature set for every test, so that one build serves
-# them all; it is the clippy run's above, whose build scripts and proc macros
-# it reuses. Every test binary runs, so that one failure does not hide another.
+# ZooKeeper and tls. The comparison runner with them, a package outside the
+# default members (so that a plain `cargo test` never compiles the peer
+# crates) whose test is its smoke run: every scenario with tiny counts. One
+# feature set for every package, so that one build of the dependencies
+# serves them all; it is the clippy run's above, whose build scripts and
+# proc macros it reuses. Every test binary runs, so that one failure does not
+# hide another.
+suite=(--all-features --workspace --exclude quorumlock-model)
 tests_status=0
-step cargo test --no-fail-fast --all-features || tests_status=$?
+step cargo test --no-fail-fast "${suite[@]}" || tests_status=$?
 background_status=0
 wait "$background_pid" || background_status=$?
 cat "$background/log"
@@ -71,22 +75,17 @@ step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --
 # ZooKeeper's without etcd's).
 step cargo check -p quorumlock --features etcd,tls,blocking
 # Examples in their short mode, against local nodes they start; each asserts
-# its outcome. All features, as the test run above: `cargo test` built the
-# examples already, and the benchmarks below share its build of the library.
+# its outcome. The test run above built them, with its features.
+examples="${CARGO_TARGET_DIR:-target}/debug/examples"
 for example in cron_guard api_key_pool inventory document_worker; do
-  step cargo run --quiet --all-features --example "$example" -- --short
+  step "$examples/$example" --short
 done
-step cargo run --quiet --all-features --example inventory -- --short --restart
-# Benchmarks only as smoke runs (tiny counts): their code must not rot.
-step cargo test --all-features --bench latency -- --smoke
-step cargo test --all-features --bench watchdog -- --smoke
-step cargo test --all-features --bench throughput -- --smoke
-step cargo test --all-features --bench cycle_profile -- --smoke
-step cargo test --all-features --bench cycle_profile -- --smoke raw
-step cargo test --all-features --bench criterion_lock
-# The comparison with the peer crates (a package of its own, built in the
-# background above, so that the other commands never compile the peers),
-# every scenario with tiny counts; it writes to a temp dir, not to docs/.
-step env CARGO_TARGET_DIR="$background" cargo run --quiet -p quorumlock-compare -- --smoke
-
+step "$examples/inventory" --short --restart
+# Benchmarks only as smoke runs (tiny counts): their code must not rot. The
+# test run's packages and features, so that they share its build.
+for bench in "latency -- --smoke" "watchdog -- --smoke" "throughput -- --smoke" \
+  "cycle_profile -- --smoke" "cycle_profile -- --smoke raw" "criterion_lock"; do
+  # shellcheck disable=SC2086 # the bench's name, then its arguments
+  step cargo test "${suite[@]}" --bench $bench
+done
 echo "test.sh: passed in $SECONDS s" >&2
