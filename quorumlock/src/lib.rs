@@ -52,6 +52,7 @@ pub use lock::inspection::{
     DeletedValue, Inspection, KeyState, NodeInspection, NodeUnlock, UnlockOutcome, UnlockReport, Verdict,
 };
 pub use lock::resources::{MAX_RESOURCES, RESERVED_PREFIX, Resources};
+pub use lock::watch::LockWatch;
 pub use options::LockOptions;
 pub use redact::redact_url;
 /// The Redis client crate, for [`RedlockBuilder::client`] (a `redis::Client`

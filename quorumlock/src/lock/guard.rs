@@ -10,6 +10,7 @@ use super::acquisition::Acquisition;
 use super::hold::Hold;
 pub use super::report::ReleaseReport;
 use super::state::Held;
+use super::watch::LockWatch;
 use crate::config::START_MARGIN;
 use crate::error::{Error, Result};
 use crate::metrics::{self, HoldEnd};
@@ -210,6 +211,13 @@ impl Guard {
     /// Cancel safe: drop it and call it again at will.
     pub async fn lost(&self) {
         self.held.lost().await;
+    }
+
+    /// A view of this lock's validity that lives apart from the guard: for
+    /// code that must stop on a loss while the guard is owned elsewhere
+    /// (see [`LockWatch`]).
+    pub fn watch(&self) -> LockWatch {
+        LockWatch::new(Arc::clone(&self.held))
     }
 
     /// Resets the lock's ttl to `ttl` on every node that still holds our

@@ -23,3 +23,4 @@ pub(crate) mod renewal;
 pub(crate) mod report;
 pub(crate) mod resources;
 pub(crate) mod state;
+pub(crate) mod watch;

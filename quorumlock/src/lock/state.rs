@@ -230,6 +230,11 @@ impl Held {
         !self.releasing.swap(true, Ordering::AcqRel)
     }
 
+    /// A release (or a loss's give-back) has been claimed.
+    pub(crate) fn is_releasing(&self) -> bool {
+        self.releasing.load(Ordering::Acquire)
+    }
+
     /// Records a majority confirmation: the lock is ours until the
     /// `lease`'s end. Returns `false` (and changes nothing) when the lock
     /// was already lost or its validity has passed: a lock is never
