@@ -1,0 +1,101 @@
+"""What the blocking and the asyncio clients share: the client's settings,
+the decorator's resource names, and the check that keeps blocking calls off
+an event loop's thread."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from datetime import timedelta
+from typing import Any, Callable, Dict, Optional, Sequence, Union
+
+from . import _quorumlock
+from ._errors import ConfigError
+
+#: A duration: float seconds, or a ``timedelta``.
+Seconds = Union[float, int, timedelta]
+#: One resource name, or several locked together.
+Resources = Union[str, Sequence[str]]
+
+#: The ttl when none is given (seconds).
+DEFAULT_TTL: float = _quorumlock.DEFAULT_TTL
+#: How long ``lock()`` keeps trying by default (seconds).
+DEFAULT_WAIT: float = _quorumlock.DEFAULT_WAIT
+#: How long ``close()`` / ``aclose()`` waits for releases by default.
+DEFAULT_SHUTDOWN_TIMEOUT: float = _quorumlock.DEFAULT_SHUTDOWN_TIMEOUT
+
+#: The lock settings a call may change (keyword arguments of ``lock()``,
+#: ``try_lock()``, ``semaphore()``, ``synchronized()`` and the client).
+LOCK_SETTINGS = (
+    "wait",
+    "retry_delay",
+    "max_attempts",
+    "min_validity",
+    "auto_renew",
+    "fenced",
+    "min_hold",
+    "max_hold",
+    "max_renewals",
+)
+
+
+def make_client(nodes: Optional[Sequence[str]], from_env: bool, settings: Dict[str, Any]) -> _quorumlock.Client:
+    """The extension's client, with the arguments checked by name."""
+    if isinstance(nodes, str):
+        nodes = [nodes]
+    return _quorumlock.Client(None if nodes is None else list(nodes), from_env=from_env, **settings)
+
+
+def lock_options(options: Dict[str, Any]) -> Dict[str, Any]:
+    """The call's lock settings, refusing unknown names."""
+    for name in options:
+        if name not in LOCK_SETTINGS:
+            error = ConfigError(f"unknown lock setting {name!r} (known: {', '.join(LOCK_SETTINGS)})")
+            error.setting = name
+            raise error
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def refuse_on_event_loop(call: str) -> None:
+    """Raises when a blocking call is made on a thread that runs an event
+    loop: it would stall every task of that loop (and deadlock one that the
+    call waits for)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise RuntimeError(
+        f"quorumlock.Redlock.{call}() blocks, and this thread runs an asyncio event loop: "
+        "use quorumlock.asyncio.Redlock in async code"
+    )
+
+
+def resource_for(
+    resource: Union[str, Callable[..., Resources]],
+    function: Callable[..., Any],
+    args: tuple,
+    kwargs: Dict[str, Any],
+) -> Resources:
+    """The resource a decorated call locks: ``resource`` formatted with the
+    call's arguments by name (``"report:{user_id}"``), or a callable given
+    the same arguments as the function."""
+    if callable(resource):
+        return resource(*args, **kwargs)
+    bound = inspect.signature(function).bind(*args, **kwargs)
+    bound.apply_defaults()
+    try:
+        return resource.format(**bound.arguments)
+    except (KeyError, IndexError) as missing:
+        error = ConfigError(f"the resource {resource!r} names {missing}, which is no argument of {function.__qualname__}")
+        error.setting = "resource"
+        raise error from None
+
+
+def not_picklable(kind: str):
+    """A ``__reduce__`` that refuses: a client's connections and renewals,
+    and a guard's lock, belong to the process that made them."""
+
+    def __reduce__(self):
+        raise TypeError(f"a quorumlock {kind} cannot be pickled: it belongs to the process that made it")
+
+    return __reduce__
