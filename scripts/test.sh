@@ -21,8 +21,9 @@ else
   echo "rustfmt not installed: skipping the format check" >&2
 fi
 if cargo clippy --version >/dev/null 2>&1; then
-  step cargo clippy --all-targets --all-features -- -D warnings
-  step cargo clippy -p quorumlock-model --all-targets -- -D warnings
+  # The default members and the model, in one run.
+  step cargo clippy --all-targets --all-features -p quorumlock -p quorumlock-cli -p quorumlock-testkit \
+    -p quorumlock-model -- -D warnings
 else
   echo "clippy not installed: skipping lints" >&2
 fi
