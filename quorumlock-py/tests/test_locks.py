@@ -193,3 +193,17 @@ def test_metrics_render_in_prometheus_format(urls, name):
             pass
     text = quorumlock.render_metrics()
     assert "quorumlock_" in text, text[:500]
+
+
+async def test_extend_moves_the_validity_of_a_lock_not_renewed(urls, redis_nodes, name):
+    async with AsyncRedlock(urls, auto_renew=False) as locks:
+        async with locks.lock(name, ttl=1) as guard:
+            assert guard.remaining <= 1
+            await guard.extend(5)
+            assert 4 < guard.remaining <= 5
+            assert all(node.client.pttl(name) > 4000 for node in redis_nodes)
+        guard = await locks.lock(name, ttl=1)
+        for node in redis_nodes:
+            node.client.set(name, "another-owner", px=30_000)
+        with pytest.raises(quorumlock.LockLost):
+            await guard.extend(5)

@@ -99,3 +99,11 @@ def not_picklable(kind: str):
         raise TypeError(f"a quorumlock {kind} cannot be pickled: it belongs to the process that made it")
 
     return __reduce__
+
+
+def note(error: BaseException, text: str) -> None:
+    """Adds ``text`` to the traceback of ``error`` (Python 3.11+; before,
+    nothing)."""
+    add_note = getattr(error, "add_note", None)
+    if add_note is not None:
+        add_note(text)

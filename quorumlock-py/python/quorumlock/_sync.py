@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Union
 
 from . import _common, _quorumlock
 from ._common import DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Resources, Seconds
-from ._errors import LockLost
+from ._errors import Error, LockLost
 
 __all__ = ["Guard", "LockCall", "Redlock"]
 
@@ -93,7 +93,14 @@ class Guard:
             self._inner.check()
         except LockLost as lost:
             loss = lost
-        self.release()
+        try:
+            self.release()
+        except Error as failed:
+            # A release no majority confirmed: the keys expire with their
+            # ttl. It does not hide the block's own exception.
+            if exc is None and loss is None:
+                raise
+            _common.note(exc or loss, f"and the release failed: {failed}")
         if loss is not None and exc_type is None:
             raise loss
 

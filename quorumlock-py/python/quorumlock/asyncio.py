@@ -26,7 +26,7 @@ from typing import Any, Awaitable, Callable, Dict, Generator, List, Optional, Se
 
 from . import _common, _quorumlock
 from ._common import DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Resources, Seconds
-from ._errors import LockLost
+from ._errors import Error, LockLost
 
 T = TypeVar("T")
 
@@ -127,6 +127,12 @@ class Guard:
             # it lands here. The release goes on in the background.
             if not cancelled_for_loss:
                 raise
+        except Error as failed:
+            # A release no majority confirmed: the keys expire with their
+            # ttl. It does not hide the block's own exception.
+            if exc is None and loss is None:
+                raise
+            _common.note(exc or loss, f"and the release failed: {failed}")
         if cancelled_for_loss:
             uncancel = getattr(self._task, "uncancel", None)
             if uncancel is not None and uncancel() > 0:
