@@ -32,7 +32,13 @@ pub(crate) fn is_tls(url: &str) -> bool {
 
 /// Reads `--tls-ca`, or the usage error to print.
 pub(crate) fn read_ca(path: &Path) -> Result<TlsCa, String> {
-    if !cfg!(feature = "tls") {
+    read_ca_in_build(path, cfg!(feature = "tls"))
+}
+
+/// [`read_ca`] in a build with TLS or without it (`tls`): without it, the
+/// flag is a usage error naming the feature.
+fn read_ca_in_build(path: &Path, tls: bool) -> Result<TlsCa, String> {
+    if !tls {
         return Err("--tls-ca needs quorumlock built with the `tls` feature".into());
     }
     let shown = path.display();
@@ -82,12 +88,10 @@ mod tests {
     }
 
     /// Without the `tls` feature `--tls-ca` is a usage error naming the
-    /// feature (test.sh runs the binary's unit tests in a build without
-    /// it).
-    #[cfg(not(feature = "tls"))]
+    /// feature.
     #[test]
     fn a_ca_without_the_tls_feature_is_a_usage_error() {
-        let error = super::read_ca(std::path::Path::new("/dev/null")).err();
+        let error = super::read_ca_in_build(std::path::Path::new("/dev/null"), false).err();
         let error = error.expect("a usage error");
         assert!(error.contains("`tls` feature"), "{error}");
     }
