@@ -29,12 +29,12 @@ fi
 
 # The protocol model (the safe configurations explored exhaustively and the
 # negative controls' counterexamples, a release build), the checks of the
-# library and the binary with one store's feature alone, and the API docs:
-# CPU-bound work that runs in the background at the lowest priority while
-# the tests below, which mostly wait on their servers' timers, leave the
-# CPUs idle. It takes only what the tests leave (nice 19), in a target
-# directory of its own (a cargo build holds its directory's lock until it
-# ends); its log follows the tests'.
+# library and the binary with one store's feature alone: CPU-bound work that
+# runs in the background at the lowest priority while the tests below, which
+# mostly wait on their servers' timers, leave the CPUs idle. It takes only
+# what the tests leave (nice 19), in a target directory of its own (a cargo
+# build holds its directory's lock until it ends); its log follows the
+# tests'.
 background=target/background
 mkdir -p "$background"
 (
@@ -49,8 +49,6 @@ mkdir -p "$background"
     --features quorumlock/zookeeper,quorumlock-cli/zookeeper
   step nice -n 19 cargo check --quiet -p quorumlock -p quorumlock-cli \
     --features quorumlock/etcd,quorumlock/blocking,quorumlock-cli/etcd
-  # The API docs build without a broken link.
-  step nice -n 19 env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 ) >"$background/log" 2>&1 &
 background_pid=$!
 # Library, CLI, test kit, integration tests and the README/rustdoc examples,
@@ -73,6 +71,9 @@ if [ "$tests_status" -ne 0 ] || [ "$background_status" -ne 0 ]; then
   echo "test.sh: the tests exited $tests_status, the background work $background_status" >&2
   exit 1
 fi
+# The API docs build without a broken link (here, not in the background: its
+# check of the dependencies shares the clippy run's).
+step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
 # Examples in their short mode, against local nodes they start; each asserts
 # its outcome. The test run above built them, with its features.
 examples="${CARGO_TARGET_DIR:-target}/debug/examples"

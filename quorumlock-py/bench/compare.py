@@ -105,6 +105,11 @@ async def contenders(urls: List[str]) -> Tuple[Dict[str, Cycle], Callable[[], Aw
 
         return cycle
 
+    async def quorumlock_block(key: str) -> None:
+        # What a user writes: the block, its loss watcher and the release.
+        async with ours[1].lock(key, TTL):
+            pass
+
     async def close() -> None:
         for client in [one, *masters]:
             await client.aclose()
@@ -116,6 +121,7 @@ async def contenders(urls: List[str]) -> Tuple[Dict[str, Cycle], Callable[[], Aw
         table[f"pottery AIORedlock N={n}"] = pottery(n)
     for n in (1, 3, 5):
         table[f"quorumlock N={n}"] = quorumlock(n)
+    table["quorumlock N=1, async with"] = quorumlock_block
     return table, close
 
 
