@@ -21,7 +21,10 @@ else
   echo "rustfmt not installed: skipping the format check" >&2
 fi
 if cargo clippy --version >/dev/null 2>&1; then
-  step cargo clippy --all-targets --all-features -- -D warnings
+  # The default members and the Python package's extension (not a default
+  # member, so that a plain `cargo build` needs no Python); the model.
+  step cargo clippy --all-targets --all-features -p quorumlock -p quorumlock-cli -p quorumlock-testkit \
+    -p quorumlock-py -- -D warnings
   step cargo clippy -p quorumlock-model --all-targets -- -D warnings
 else
   echo "clippy not installed: skipping lints" >&2
@@ -51,6 +54,25 @@ mkdir -p "$background"
     --features quorumlock/etcd,quorumlock/blocking,quorumlock-cli/etcd
 ) >"$background/log" 2>&1 &
 background_pid=$!
+# The Python package (quorumlock-py/): a venv with the pinned tools, then the
+# wheel that maturin builds and its install there. Also in the background,
+# in a target directory of its own (the extension's dependencies resolve
+# apart from the tests'); the pytest suite and the examples run after the
+# tests below.
+python_dir=target/python
+mkdir -p "$python_dir"
+(
+  set -e
+  step python3 -m venv "$python_dir/venv"
+  step "$python_dir/venv/bin/pip" install --quiet --disable-pip-version-check \
+    -r quorumlock-py/requirements-dev.txt
+  rm -rf "$python_dir/wheels"
+  step nice -n 19 env CARGO_TARGET_DIR="$python_dir/cargo" "$python_dir/venv/bin/maturin" build \
+    --quiet --profile dev -m quorumlock-py/Cargo.toml -o "$python_dir/wheels"
+  step "$python_dir/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+    --force-reinstall "$python_dir"/wheels/quorumlock-*.whl
+) >"$python_dir/log" 2>&1 &
+python_pid=$!
 # Library, CLI, test kit, integration tests and the README/rustdoc examples,
 # with every feature of the three packages: the library's etcd, ZooKeeper and
 # blocking clients and rediss:// (and etcds://) over TLS, the CLI's demo, etcd,
@@ -67,10 +89,25 @@ step cargo test --no-fail-fast "${suite[@]}" || tests_status=$?
 background_status=0
 wait "$background_pid" || background_status=$?
 cat "$background/log"
-if [ "$tests_status" -ne 0 ] || [ "$background_status" -ne 0 ]; then
-  echo "test.sh: the tests exited $tests_status, the background work $background_status" >&2
+python_status=0
+wait "$python_pid" || python_status=$?
+cat "$python_dir/log"
+if [ "$tests_status" -ne 0 ] || [ "$background_status" -ne 0 ] || [ "$python_status" -ne 0 ]; then
+  echo "test.sh: the tests exited $tests_status, the background work $background_status," \
+    "the Python package's build $python_status" >&2
   exit 1
 fi
+# The Python package's tests, against the wheel installed in the venv, beside
+# the binary the test run built (the interoperation tests run it), and its
+# examples, each starting its own nodes and asserting its outcome.
+python="$python_dir/venv/bin/python"
+step env QUORUMLOCK_CLI="${CARGO_TARGET_DIR:-target}/debug/quorumlock" \
+  "$python" -m pytest -q -p no:cacheprovider quorumlock-py/tests
+for example in fastapi_documents nightly_archive llm_key_pool idempotency_key; do
+  step env -u QUORUMLOCK_NODES "$python" "quorumlock-py/examples/$example.py"
+done
+# Its benchmark against redis-py and pottery, as a smoke run (tiny counts).
+step env -u QUORUMLOCK_NODES "$python" quorumlock-py/bench/compare.py --smoke >/dev/null
 # The API docs build without a broken link (here, not in the background: its
 # check of the dependencies shares the clippy run's).
 step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features

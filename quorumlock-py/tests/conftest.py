@@ -169,3 +169,43 @@ def zookeeper_url(workdir: str) -> Iterator[str]:
     wait_until("ZooKeeper answers ruok", serving)
     yield f"zk://127.0.0.1:{port}"
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(workdir: str) -> Iterator[str]:
+    """A Redis Cluster of three primaries (no replicas), as one member URL."""
+    nodes = []
+    for _ in range(3):
+        port = free_port()
+        directory = os.path.join(workdir, f"cluster-{port}")
+        os.makedirs(directory)
+        server = Server(
+            [
+                "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", directory, "--cluster-enabled", "yes",
+                "--cluster-config-file", os.path.join(directory, "nodes.conf"),
+            ],
+            os.path.join(directory, "log"),
+        )
+        client = redis.Redis(host="127.0.0.1", port=port)
+
+        def answers(client=client) -> bool:
+            try:
+                return bool(client.ping())
+            except redis.ConnectionError:
+                return False
+
+        wait_until(f"cluster node {port} answers", answers)
+        nodes.append((port, server, client))
+    subprocess.run(
+        ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{port}" for port, _, _ in nodes],
+         "--cluster-replicas", "0", "--cluster-yes"],
+        check=True, stdout=subprocess.DEVNULL, timeout=60,
+    )
+    wait_until(
+        "the cluster is ok on every node",
+        lambda: all(b"cluster_state:ok" in client.execute_command("CLUSTER", "INFO") for _, _, client in nodes),
+    )
+    yield "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for port, _, _ in nodes)
+    for _, server, _ in nodes:
+        server.stop()

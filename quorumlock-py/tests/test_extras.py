@@ -1,5 +1,6 @@
-"""The semaphore, idempotency keys, the decorator, and the consensus
-stores (etcd, ZooKeeper) behind the same client."""
+"""The semaphore, idempotency keys, the decorator, and the other kinds of
+member (an etcd cluster, a ZooKeeper ensemble, a Redis Cluster) behind the
+same client."""
 
 from __future__ import annotations
 
@@ -124,8 +125,8 @@ def test_synchronized_wraps_plain_functions_with_the_blocking_calls(urls, name):
             other(1)
 
 
-@pytest.mark.parametrize("store", ["etcd_url", "zookeeper_url"])
-async def test_a_consensus_store_serves_the_same_api(request, store, name):
+@pytest.mark.parametrize("store", ["etcd_url", "zookeeper_url", "redis_cluster_url"])
+async def test_every_kind_of_member_serves_the_same_api(request, store, name):
     url = request.getfixturevalue(store)
     async with AsyncRedlock([url]) as locks:
         assert (locks.nodes, locks.quorum) == (1, 1)
