@@ -8,11 +8,12 @@ source scripts/ensure-etcd.sh
 source scripts/ensure-zookeeper.sh
 
 # Runs a step and prints its wall time when it ends, so that a slow run
-# says where the time went.
+# says where the time went; returns the step's own status.
 step() {
-  local started=$SECONDS
-  "$@"
+  local started=$SECONDS status=0
+  "$@" || status=$?
   echo "test.sh: $((SECONDS - started)) s for: $*" >&2
+  return "$status"
 }
 
 if cargo fmt --version >/dev/null 2>&1; then
