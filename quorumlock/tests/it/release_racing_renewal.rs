@@ -36,15 +36,25 @@ async fn releases_racing_renewals_leave_no_key() {
             let (redlock, nodes) = (redlock.clone(), std::sync::Arc::clone(&nodes));
             tokio::spawn(async move {
                 let mut healed = Vec::new();
-                let mut round = 0;
+                let (mut round, mut confirmed) = (0, 0);
                 while tokio::time::Instant::now() < run_until {
                     round += 1;
                     let key = format!("race:{task}:{round}");
-                    let guard = redlock.lock(key.as_str(), ttl).await.expect("lock");
+                    // Under this load a node may miss the 150 ms timeout:
+                    // a lock not taken has nothing to release.
+                    let Ok(guard) = redlock.lock(key.as_str(), ttl).await else {
+                        continue;
+                    };
                     let hold = Duration::from_millis(rand::random_range(0..400));
                     tokio::time::sleep(hold).await;
                     let token = guard.token().to_owned();
-                    guard.release().await.expect("release");
+                    // A release no majority confirmed in time may leave its
+                    // keys for their ttl, as documented: only confirmed
+                    // releases are held to the half ttl below.
+                    if guard.release().await.is_err() {
+                        continue;
+                    }
+                    confirmed += 1;
                     let released = tokio::time::Instant::now();
                     // The release returns once a majority ran it; a loaded
                     // node may run its delete later. A key set again after
@@ -66,23 +76,32 @@ async fn releases_racing_renewals_leave_no_key() {
                         tokio::time::sleep(LOOK_EVERY).await;
                     }
                 }
-                (round, healed)
+                (round, confirmed, healed)
             })
         })
         .collect();
-    let mut releases = 0;
+    let (mut attempts, mut releases) = (0, 0);
     let mut healed = Vec::new();
     for task in tasks {
-        let (rounds, found) = task.await.expect("no panic");
-        releases += rounds;
+        let (rounds, confirmed, found) = task.await.expect("no panic");
+        attempts += rounds;
+        releases += confirmed;
         healed.extend(found);
     }
+    // Most rounds must get as far as a confirmed release, or the race was
+    // not run.
+    assert!(
+        releases * 2 > attempts,
+        "only {releases} of {attempts} rounds released"
+    );
     assert!(
         healed.is_empty(),
         "{} of {releases} released keys were set again: {healed:?}",
         healed.len()
     );
-    for guard in background {
-        guard.expect("lock").release().await.expect("release");
+    // The load's locks (any that missed the timeout under this load were
+    // not taken); a release of theirs that misses it leaves 600 ms keys.
+    for guard in background.into_iter().flatten() {
+        let _ = guard.release().await;
     }
 }

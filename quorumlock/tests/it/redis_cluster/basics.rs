@@ -175,6 +175,17 @@ async fn a_waiter_is_handed_the_lock_when_it_is_released() {
         .await
         .expect("no error")
         .expect("acquired");
+    // The waiter's subscriber connections, made before the hand-off that is
+    // measured: a first subscription on a loaded machine may outlast the
+    // node timeout, and a waiter whose subscription is not confirmed in
+    // time is served by its poll (the documented fallback), not a wake-up.
+    let warming = waiter
+        .with_options(LockOptions::new().wait(Duration::from_millis(300)))
+        .expect("options");
+    assert!(matches!(
+        warming.lock("basics:handoff", TTL).await,
+        Err(Error::Held { .. })
+    ));
     let waiter = waiter
         .with_options(LockOptions::new().retry_delay(POLL).wait(POLL * 2))
         .expect("options");
