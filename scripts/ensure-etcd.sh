@@ -13,4 +13,6 @@ if [ -n "$missing" ]; then
   # shellcheck disable=SC2086 # one word per package
   install_packages "brew install etcd protobuf" $missing
 fi
-etcd --version | head -1
+# sed reads the whole output: head would close the pipe early, and under
+# pipefail the SIGPIPE etcd may get then ends the script.
+etcd --version | sed -n 1p
