@@ -168,6 +168,31 @@ async def run(rounds: int, window: float, repeats: int) -> List[Tuple[str, float
     return results
 
 
+async def one_round_trip(rounds: int) -> List[Tuple[str, float]]:
+    """What one awaited call costs, beside the round trip it makes: a
+    redis-py ``GET`` and a quorumlock ``try_lock`` the node refuses (one
+    ``SET NX PX`` each), p50 in µs, on one node."""
+    url = local_nodes(5)[0]
+    redis = aioredis.from_url(url)
+    locks = Redlock([url], wait=0)
+    holder = Redlock([url])
+    held = await holder.lock("bench:held", TTL)
+    calls = {
+        "redis-py GET": lambda key: redis.get("bench:held"),
+        "quorumlock try_lock, refused": lambda key: locks.try_lock("bench:held", TTL).acquire(),
+    }
+    results = []
+    for name, call in calls.items():
+        for _ in range(10):
+            await call("")
+        results.append((name, await latency(call, rounds)))
+    await held.release()
+    for client in (locks, holder):
+        await client.aclose()
+    await redis.aclose()
+    return results
+
+
 def report(results: List[Tuple[str, float, float]]) -> str:
     by_name = {name: (p50, rate) for name, p50, rate in results}
     lines = ["| client | lock + release p50 | 64 tasks, cycles/s |", "|---|---:|---:|"]
@@ -191,6 +216,11 @@ def main() -> None:
     rounds, window, repeats = (20, 0.2, 1) if args.smoke else (2000, 3.0, 3)
     results = asyncio.run(run(rounds, window, repeats))
     print(report(results))
+    print()
+    print("| one round trip | p50 |")
+    print("|---|---:|")
+    for name, p50 in asyncio.run(one_round_trip(rounds)):
+        print(f"| {name} | {p50:.0f} µs |")
 
 
 if __name__ == "__main__":
