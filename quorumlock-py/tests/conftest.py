@@ -27,6 +27,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_cluster_port() -> int:
+    """A free port whose cluster bus port (10,000 above it, as Redis
+    Cluster uses) is free too, and so below 55,536."""
+    import random
+
+    rng = random.Random()
+    while True:
+        port = rng.randrange(20_000, 55_000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10_000))
+                return port
+        except OSError:
+            continue
+
+
 def wait_until(what: str, ready: Callable[[], bool], timeout: float = STARTUP_TIMEOUT) -> None:
     """Polls ``ready`` until it holds; fails the test after ``timeout``."""
     deadline = time.monotonic() + timeout
@@ -176,7 +193,7 @@ def redis_cluster_url(workdir: str) -> Iterator[str]:
     """A Redis Cluster of three primaries (no replicas), as one member URL."""
     nodes = []
     for _ in range(3):
-        port = free_port()
+        port = free_cluster_port()
         directory = os.path.join(workdir, f"cluster-{port}")
         os.makedirs(directory)
         server = Server(
@@ -195,7 +212,7 @@ def redis_cluster_url(workdir: str) -> Iterator[str]:
             except redis.ConnectionError:
                 return False
 
-        wait_until(f"cluster node {port} answers", answers)
+        wait_until(f"cluster node {port} answers (log: {directory}/log)", answers)
         nodes.append((port, server, client))
     subprocess.run(
         ["redis-cli", "--cluster", "create", *[f"127.0.0.1:{port}" for port, _, _ in nodes],
