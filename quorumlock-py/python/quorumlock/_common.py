@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from datetime import timedelta
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from . import _quorumlock
 from ._errors import ConfigError
@@ -107,3 +107,100 @@ def note(error: BaseException, text: str) -> None:
     add_note = getattr(error, "add_note", None)
     if add_note is not None:
         add_note(text)
+
+
+class ClientBase:
+    """What the blocking and the asyncio clients share: their settings and
+    what they say about themselves. Each adds its calls."""
+
+    __reduce__ = not_picklable("client")
+
+    def __init__(
+        self,
+        nodes: Optional[Sequence[str]] = None,
+        *,
+        node_timeout: Optional[Seconds] = None,
+        connect_timeout: Optional[Seconds] = None,
+        drift_factor: Optional[float] = None,
+        drift_fixed: Optional[Seconds] = None,
+        heal: Optional[bool] = None,
+        batching: Optional[bool] = None,
+        replica_ack: Optional[int] = None,
+        _from_env: bool = False,
+        **lock_settings: Any,
+    ) -> None:
+        settings = dict(
+            node_timeout=node_timeout,
+            connect_timeout=connect_timeout,
+            drift_factor=drift_factor,
+            drift_fixed=drift_fixed,
+            heal=heal,
+            batching=batching,
+            replica_ack=replica_ack,
+        )
+        settings.update(lock_options(lock_settings))
+        self._client = make_client(nodes, _from_env, settings)
+
+    @classmethod
+    def from_env(cls, **settings: Any):
+        """A client from ``QUORUMLOCK_NODES`` and the other ``QUORUMLOCK_*``
+        variables (those of the Rust client), then ``settings``."""
+        return cls(None, _from_env=True, **settings)
+
+    @property
+    def nodes(self) -> int:
+        """Nodes configured (1 for an etcd cluster or a ZooKeeper ensemble)."""
+        return self._client.nodes
+
+    @property
+    def quorum(self) -> int:
+        """Nodes that must agree."""
+        return self._client.quorum
+
+
+class GuardBase:
+    """What the blocking and the asyncio guards share: what the lock is
+    and whether it is still held. Each adds its calls."""
+
+    __reduce__ = not_picklable("guard")
+
+    def __init__(self, inner: _quorumlock.Guard) -> None:
+        self._inner = inner
+
+    @property
+    def token(self) -> str:
+        """The owner token stored on every node."""
+        return self._inner.token
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token (grows with every holder), or ``None`` when the
+        lock was taken without ``fenced=True``."""
+        return self._inner.fence
+
+    @property
+    def resources(self) -> List[str]:
+        """The names locked."""
+        return self._inner.resources
+
+    @property
+    def index(self) -> Optional[int]:
+        """A semaphore permit's place (0 to permits - 1); ``None`` for a lock."""
+        return self._inner.index
+
+    @property
+    def remaining(self) -> float:
+        """Seconds the lock is still trustworthy unless renewed (0.0 once lost)."""
+        return self._inner.remaining
+
+    def is_held(self) -> bool:
+        """Whether the lock is still held: not lost, not released, in time."""
+        return self._inner.is_held()
+
+    def check(self) -> None:
+        """Raises :class:`~quorumlock.LockLost` if the lock was lost (not when
+        it was released): call it between the steps of long work."""
+        self._inner.check()
+
+    def __repr__(self) -> str:
+        return repr(self._inner)

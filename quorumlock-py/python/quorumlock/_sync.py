@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import Any, Callable, Dict, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Optional, Union
 
 from . import _common, _quorumlock
 from ._common import DEFAULT_SHUTDOWN_TIMEOUT, DEFAULT_TTL, Resources, Seconds
@@ -22,50 +22,10 @@ from ._errors import Error, LockLost
 __all__ = ["Guard", "LockCall", "Redlock"]
 
 
-class Guard:
+class Guard(_common.GuardBase):
     """A held lock (or a semaphore's permit), renewed in the background
     while held. ``with guard:`` releases it at the end, and raises
     :class:`~quorumlock.LockLost` there if it was lost during the block."""
-
-    __reduce__ = _common.not_picklable("guard")
-
-    def __init__(self, inner: _quorumlock.Guard) -> None:
-        self._inner = inner
-
-    @property
-    def token(self) -> str:
-        """The owner token stored on every node."""
-        return self._inner.token
-
-    @property
-    def fence(self) -> Optional[int]:
-        """The fencing token (grows with every holder), or ``None`` when the
-        lock was taken without ``fenced=True``."""
-        return self._inner.fence
-
-    @property
-    def resources(self) -> list:
-        """The names locked."""
-        return self._inner.resources
-
-    @property
-    def index(self) -> Optional[int]:
-        """A semaphore permit's place (0 to permits - 1); ``None`` for a lock."""
-        return self._inner.index
-
-    @property
-    def remaining(self) -> float:
-        """Seconds the lock is still trustworthy unless renewed (0.0 once lost)."""
-        return self._inner.remaining
-
-    def is_held(self) -> bool:
-        """Whether the lock is still held: not lost, not released, in time."""
-        return self._inner.is_held()
-
-    def check(self) -> None:
-        """Raises :class:`~quorumlock.LockLost` if the lock was lost: call it
-        between the steps of long work."""
-        self._inner.check()
 
     def wait_lost(self, timeout: Optional[Seconds] = None) -> bool:
         """Blocks until the lock is lost or ``timeout`` seconds pass;
@@ -104,9 +64,6 @@ class Guard:
         if loss is not None and exc_type is None:
             raise loss
 
-    def __repr__(self) -> str:
-        return repr(self._inner)
-
 
 class LockCall:
     """``lock()``, ``try_lock()`` or ``semaphore()`` before it runs: call
@@ -134,7 +91,7 @@ class LockCall:
             guard.__exit__(exc_type, exc, tb)
 
 
-class Redlock:
+class Redlock(_common.ClientBase):
     """A blocking lock client over Redis nodes (Redlock: a majority of
     independent nodes), Redis Cluster or Sentinel members, an etcd cluster
     (``etcd://``) or a ZooKeeper ensemble (``zk://``).
@@ -143,50 +100,6 @@ class Redlock:
     client per process, share it between threads, and close it with
     :meth:`close` (or ``with Redlock(...) as locks:``).
     """
-
-    __reduce__ = _common.not_picklable("client")
-
-    def __init__(
-        self,
-        nodes: Optional[Sequence[str]] = None,
-        *,
-        node_timeout: Optional[Seconds] = None,
-        connect_timeout: Optional[Seconds] = None,
-        drift_factor: Optional[float] = None,
-        drift_fixed: Optional[Seconds] = None,
-        heal: Optional[bool] = None,
-        batching: Optional[bool] = None,
-        replica_ack: Optional[int] = None,
-        _from_env: bool = False,
-        **lock_settings: Any,
-    ) -> None:
-        settings = dict(
-            node_timeout=node_timeout,
-            connect_timeout=connect_timeout,
-            drift_factor=drift_factor,
-            drift_fixed=drift_fixed,
-            heal=heal,
-            batching=batching,
-            replica_ack=replica_ack,
-        )
-        settings.update(_common.lock_options(lock_settings))
-        self._client = _common.make_client(nodes, _from_env, settings)
-
-    @classmethod
-    def from_env(cls, **settings: Any) -> "Redlock":
-        """A client from ``QUORUMLOCK_NODES`` and the other ``QUORUMLOCK_*``
-        variables (those of the Rust client), then ``settings``."""
-        return cls(None, _from_env=True, **settings)
-
-    @property
-    def nodes(self) -> int:
-        """Nodes configured (1 for an etcd cluster or a ZooKeeper ensemble)."""
-        return self._client.nodes
-
-    @property
-    def quorum(self) -> int:
-        """Nodes that must agree."""
-        return self._client.quorum
 
     def lock(self, resources: Resources, ttl: Seconds = DEFAULT_TTL, **options: Any) -> LockCall:
         """Takes ``resources`` (a name, or a list locked together) for
