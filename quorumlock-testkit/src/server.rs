@@ -20,6 +20,13 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 /// finding it free and the server binding it.
 const PORT_ATTEMPTS: usize = 5;
 
+/// How long [`Paused`] waits for every thread of a process to stop after
+/// SIGSTOP. kill(2) returns once the signal is queued; each thread stops
+/// only when it next enters the kernel, and a JVM (a ZooKeeper server) has
+/// dozens of threads. A test that probes the server before they all stop
+/// may still be answered, as if the pause had not happened.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// What to tell a user whose machine has no `redis-server`.
 pub const INSTALL_HINT: &str = "redis-server was not found on PATH; install it with \
      `sudo apt-get install -y redis-server` (Debian/Ubuntu), `sudo dnf install redis` (Fedora) \
@@ -348,8 +355,10 @@ pub struct Paused {
 
 impl Paused {
     /// Freezes process `pid` with SIGSTOP until the guard is dropped.
+    /// Returns once every thread of the process is stopped.
     pub(crate) fn stop(pid: u32) -> Paused {
         signal(pid, "STOP");
+        wait_stopped(pid);
         Paused { pid }
     }
 
@@ -372,7 +381,37 @@ pub fn pause_all<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) -> Vec<
         .map(|s| s.pid().expect("pause: server is not running"))
         .collect();
     signal_all(&pids, "STOP");
+    pids.iter().copied().for_each(wait_stopped);
     pids.into_iter().map(|pid| Paused { pid }).collect()
+}
+
+/// Waits until every thread of process `pid` is in the stopped state
+/// (`T` in `/proc/<pid>/task/<tid>/stat`); panics after [`STOP_TIMEOUT`].
+fn wait_stopped(pid: u32) {
+    let started = Instant::now();
+    while !all_threads_stopped(pid) {
+        assert!(
+            started.elapsed() < STOP_TIMEOUT,
+            "process {pid} did not stop within {STOP_TIMEOUT:?} of SIGSTOP"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether every thread of process `pid` is stopped. A process without
+/// `/proc` entries (gone, or no procfs) counts as stopped: there is
+/// nothing left that could answer.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        // The state follows the command name, which is in parentheses and
+        // may itself contain spaces or parentheses.
+        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+        state.is_none_or(|rest| rest.starts_with(['T', 't', 'Z', 'X']))
+    })
 }
 
 /// `n` servers without persistence.

@@ -24,12 +24,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::FutureExt;
 use tokio::time::Instant;
 
 use super::{Permit, Semaphore, Swept};
 use crate::backend::redlock::masters::Masters;
-use crate::backend::redlock::waiter::queue::Subscription;
+use crate::backend::redlock::waiter::queue::{Subscription, Wake};
 use crate::duration::deadline_after;
 use crate::error::{Error, Result};
 use crate::random;
@@ -134,14 +133,14 @@ impl Waiter<'_> {
             // and a waiter that honoured them would sweep on and on. A real
             // release among them names this waiter again next time, or is
             // found by the poll.
-            let _ = subscription.released().now_or_never();
+            subscription.forget_named();
             subscription.register().await;
         }
         let closing = closing.unwrap_or_default();
         // A shutdown ends the wait at once: the next sweep says so.
         self.named = tokio::select! {
             () = tokio::time::sleep_until(wake) => false,
-            () = subscription.released() => true,
+            woken = subscription.woken() => woken == Wake::Named,
             () = closing.cancelled() => false,
         };
     }

@@ -182,3 +182,62 @@ async fn a_client_that_waits_again_soon_keeps_its_subscription() {
         .await;
     }
 }
+
+/// A waiter whose node confirms the subscription only after the waiter
+/// stopped waiting for it (here: the node turns away new connections for a
+/// while) may be queued and named by a release before it listens. It tries
+/// again as soon as the subscription is confirmed, not a retry delay later.
+#[tokio::test]
+async fn a_subscription_confirmed_late_makes_the_waiter_try_again() {
+    const RETRY_DELAY: Duration = Duration::from_secs(20);
+    let servers = start_nodes(1);
+    let holder = client(&servers);
+    let guard = hold(&holder, &servers, "late").await;
+    let redlock = builder(&servers)
+        .retry_delay(RETRY_DELAY)
+        .wait(RETRY_DELAY * 3)
+        .build()
+        .unwrap();
+    // The waiter's request connection, opened while connections are let in.
+    assert!(redlock.try_lock("late", Duration::from_secs(10)).await.unwrap().is_none());
+    // One connection kept for the test itself, then no new one is accepted:
+    // the waiter's subscriber cannot connect.
+    let mut admin = redis::Client::open(servers[0].url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut admin_command = |args: &[&str]| -> redis::Value {
+        let mut command = redis::cmd(args[0]);
+        command.arg(&args[1..]);
+        command.query(&mut admin).unwrap()
+    };
+    let clients = match admin_command(&["CLIENT", "LIST"]) {
+        redis::Value::VerbatimString { text, .. } => text.lines().count(),
+        redis::Value::BulkString(bytes) => String::from_utf8_lossy(&bytes).lines().count(),
+        other => panic!("CLIENT LIST reply {other:?}"),
+    };
+    admin_command(&["CONFIG", "SET", "maxclients", &clients.to_string()]);
+    let waiter = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.lock("late", Duration::from_secs(10)).await }
+    });
+    let queue = "quorumlock:waiters:{late}";
+    eventually("the waiter queued", Duration::from_secs(10), || {
+        admin_command(&["ZCARD", queue]) == redis::Value::Int(1)
+    })
+    .await;
+    // The release names the waiter, which does not listen yet.
+    guard.release().await.unwrap();
+    let let_in = Instant::now();
+    admin_command(&["CONFIG", "SET", "maxclients", "10000"]);
+    let next = waiter.await.unwrap().expect("the lock, once subscribed");
+    // The subscriber retries its connection within a few seconds
+    // (RESUBSCRIBE_BASE doubling); the first poll comes after at least half
+    // the retry delay.
+    assert!(
+        let_in.elapsed() < RETRY_DELAY / 4,
+        "the waiter came after {:?}: it polled",
+        let_in.elapsed()
+    );
+    next.release().await.unwrap();
+}

@@ -23,6 +23,11 @@ pub(crate) trait Listener: Send + Sync {
     /// Nobody waits for messages: the channel may be unsubscribed (after
     /// [`LINGER`]).
     fn idle(&self) -> bool;
+
+    /// The channel was subscribed on a connection where it was not: the
+    /// messages published before (while no connection was subscribed) were
+    /// not heard.
+    fn subscribed(&self);
 }
 
 /// What the listener's side asks of a subscriber task.
@@ -91,7 +96,8 @@ pub(crate) async fn subscriber(
             Opened::Working(connection) => connection,
             Opened::Unreachable => {
                 tokio::time::sleep(backoff.pause()).await;
-                // Confirm nothing while down: waiters fall back to polling.
+                // Confirm nothing while down: waiters go on without this
+                // node, and it wakes them once it subscribes.
                 while let Ok(command) = commands.try_recv() {
                     drop(command);
                 }
@@ -175,6 +181,9 @@ impl Connection {
         if !matches!(answered, Ok(Ok(()))) {
             return Opened::Silent;
         }
+        if waiting && let Some(listener) = listener.upgrade() {
+            listener.subscribed();
+        }
         Opened::Working(Connection {
             sink,
             stream,
@@ -203,7 +212,7 @@ impl Connection {
                 () = sleep_until_some(self.linger_until) => self.linger_over(listener, channel).await,
                 command = commands.recv() => match command {
                     None => return Served::Ended,
-                    Some(command) => self.apply(command, channel).await,
+                    Some(command) => self.apply(command, listener, channel).await,
                 },
                 message = self.stream.next() => match (message, listener.upgrade()) {
                     (Some(message), Some(listener)) => {
@@ -235,7 +244,7 @@ impl Connection {
 
     /// Applies one command of the listener's side; `false` when the
     /// connection failed.
-    async fn apply(&mut self, command: Command, channel: &str) -> bool {
+    async fn apply(&mut self, command: Command, listener: &Weak<dyn Listener>, channel: &str) -> bool {
         match command {
             Command::Subscribe(done) => {
                 self.linger_until = None;
@@ -244,6 +253,9 @@ impl Connection {
                         return false;
                     }
                     self.subscribed = true;
+                    if let Some(listener) = listener.upgrade() {
+                        listener.subscribed();
+                    }
                 }
                 let _ = done.send(());
             }

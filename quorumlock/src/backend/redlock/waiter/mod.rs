@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use self::queue::{Place, Subscription};
+use self::queue::{Place, Subscription, Wake};
 use super::attempt::attempt;
 use super::kind::{Kind, Line};
 use super::masters::Masters;
@@ -154,11 +154,15 @@ impl Waiter<'_> {
         let wake = deadline_after(delay).min(self.deadline);
         let closing = self.masters.quorum.tasks.closing();
         // A shutdown ends the wait at once: the next attempt says so.
-        self.woken = match &self.line {
+        self.woken = match &mut self.line {
             InLine::InAttempts(subscription) | InLine::Registered(subscription) => {
                 tokio::select! {
                     () = tokio::time::sleep_until(wake) => Woken::Polled,
-                    () = subscription.released() => Woken::Named,
+                    woken = subscription.woken() => match woken {
+                        Wake::Named => Woken::Named,
+                        // Retry at once, as after a poll.
+                        Wake::Subscribed => Woken::Polled,
+                    },
                     () = closing.cancelled() => Woken::Polled,
                 }
             }

@@ -17,8 +17,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::super::kind::Line;
@@ -45,6 +46,9 @@ struct Mailbox {
     /// its channel is named.
     id: String,
     waiters: Mutex<HashMap<Arc<str>, Waiting>>,
+    /// How many times a node subscribed the channel on a connection where
+    /// it was not (see [`Wake::Subscribed`]).
+    subscriptions: watch::Sender<u64>,
 }
 
 impl Default for Mailbox {
@@ -52,8 +56,22 @@ impl Default for Mailbox {
         Mailbox {
             id: format!("{:016x}", rand::random::<u64>()),
             waiters: Mutex::default(),
+            subscriptions: watch::Sender::new(0),
         }
     }
+}
+
+/// What woke a waiter that listens for releases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// A release named this waiter (and took it off that node's queue).
+    Named,
+    /// A node subscribed the client's channel after the waiter got in line:
+    /// a confirmation that came after the waiter stopped waiting for it, or
+    /// a subscription taken again after the node dropped the connection. A
+    /// release on that node before then was not heard, so the waiter tries
+    /// again at once, instead of a retry delay later.
+    Subscribed,
 }
 
 /// One waiter of this client, by queue member.
@@ -95,6 +113,10 @@ impl Listener for Mailbox {
     fn idle(&self) -> bool {
         self.waiters().is_empty()
     }
+
+    fn subscribed(&self) {
+        self.subscriptions.send_modify(|count| *count += 1);
+    }
 }
 
 /// A waiter's share of its client's subscription and its place in the
@@ -114,15 +136,27 @@ pub(crate) struct Subscription {
     expires: Instant,
     /// Woken by releases that name this waiter.
     mine: Arc<Notify>,
+    /// Changes when a node subscribes the channel anew.
+    subscriptions: watch::Receiver<u64>,
     /// Registered on the nodes and not known to be off every queue.
     queued: bool,
 }
 
 impl Subscription {
     /// Completes on a release of any of the resources that names this
-    /// waiter (which took it off that node's queue).
-    pub(crate) async fn released(&self) {
-        self.mine.notified().await;
+    /// waiter (which took it off that node's queue), or when a node
+    /// subscribed the channel anew. Cancel safe: what comes while nobody
+    /// listens is kept for the next call.
+    pub(crate) async fn woken(&mut self) -> Wake {
+        tokio::select! {
+            () = self.mine.notified() => Wake::Named,
+            Ok(()) = self.subscriptions.changed() => Wake::Subscribed,
+        }
+    }
+
+    /// Forgets the releases that named this waiter so far.
+    pub(crate) fn forget_named(&self) {
+        let _ = self.mine.notified().now_or_never();
     }
 
     /// This waiter's queue entry, for an attempt that queues it where the
@@ -195,7 +229,8 @@ impl Handoff {
     /// Makes a waiter for `resources`: subscribes the client's channel on
     /// every node if this is its first waiter, and then waits (up to
     /// `timeout`) until the nodes confirmed, so that a release after this
-    /// returns is not missed. The waiter is not queued yet (see
+    /// returns is not missed; a node that subscribes later wakes the waiter
+    /// ([`Wake::Subscribed`]). The waiter is not queued yet (see
     /// [`Subscription::register`]); its queue entries last until
     /// `wait_until` plus a margin.
     pub(crate) async fn subscribe(
@@ -231,8 +266,9 @@ impl Handoff {
                 }
             }
         }
-        // A node that cannot confirm in time is covered by polling.
         let _ = tokio::time::timeout(timeout, futures::future::join_all(confirmations)).await;
+        // Subscriptions from now on are news to this waiter.
+        let subscriptions = self.mailbox.subscriptions.subscribe();
         Subscription {
             handoff: Arc::downgrade(&self.mailbox),
             senders,
@@ -242,6 +278,7 @@ impl Handoff {
             member,
             expires,
             mine,
+            subscriptions,
             queued: false,
         }
     }
