@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use quorumlock_testkit::start_nodes;
+use quorumlock_testkit::{Proxy, builder, start_nodes};
 use tokio::time::Instant;
 
-use super::slow_poller;
+use super::{hold, slow_poller, until_queued};
 
 /// Runs `waiters` tasks that take turns on one resource for `rounds` each; a
 /// task that released waits until someone else acquired before it queues
@@ -121,4 +121,45 @@ async fn no_waiter_starves_over_many_rounds() {
     let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
     println!("8 waiters for 2 s: acquisitions per waiter min {min} max {max}: {counts:?}");
     assert!(*min >= 1, "a waiter starved: {counts:?}");
+}
+
+/// A release reaches the nodes one after another. The waiter is woken by the
+/// first node's message, and its attempt may reach the other nodes before
+/// the release does there (here: the holder's connections to two of the
+/// three nodes are slow), and be refused. The same release's messages from
+/// those nodes come after the waiter woke, and wake it again: it takes the
+/// lock as soon as the release has reached a majority, not a retry delay
+/// later.
+#[tokio::test]
+async fn a_waiter_that_woke_before_the_release_reached_a_majority_is_woken_again() {
+    const RETRY_DELAY: Duration = Duration::from_secs(20);
+    const SLOW: Duration = Duration::from_millis(150);
+    let servers = start_nodes(3);
+    // The holder reaches node 0 directly, nodes 1 and 2 through proxies.
+    let proxies: Vec<Proxy> = servers[1..].iter().map(|s| Proxy::start(s.port())).collect();
+    let holder = Redlock::builder()
+        .nodes([servers[0].url(), proxies[0].url(), proxies[1].url()])
+        .node_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let guard = hold(&holder, &servers, "relay").await;
+    let redlock = builder(&servers)
+        .retry_delay(RETRY_DELAY)
+        .wait(RETRY_DELAY * 3)
+        .build()
+        .unwrap();
+    let waiter = tokio::spawn(async move { redlock.lock("relay", Duration::from_secs(10)).await });
+    until_queued(&servers, "relay", 1, "the waiter queued").await;
+    for proxy in &proxies {
+        proxy.set_latency(SLOW);
+    }
+    let released = Instant::now();
+    guard.release().await.unwrap();
+    let next = waiter.await.unwrap().expect("handed the lock");
+    assert!(
+        released.elapsed() < RETRY_DELAY / 4,
+        "the waiter came after {:?}: it polled",
+        released.elapsed()
+    );
+    next.release().await.unwrap();
 }

@@ -199,7 +199,13 @@ async fn a_subscription_confirmed_late_makes_the_waiter_try_again() {
         .build()
         .unwrap();
     // The waiter's request connection, opened while connections are let in.
-    assert!(redlock.try_lock("late", Duration::from_secs(10)).await.unwrap().is_none());
+    assert!(
+        redlock
+            .try_lock("late", Duration::from_secs(10))
+            .await
+            .unwrap()
+            .is_none()
+    );
     // One connection kept for the test itself, then no new one is accepted:
     // the waiter's subscriber cannot connect.
     let mut admin = redis::Client::open(servers[0].url())

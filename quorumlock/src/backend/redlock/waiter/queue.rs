@@ -11,7 +11,9 @@
 //! first wait, kept while the client lives, re-established after the node
 //! drops it: `node::pubsub`) and subscribes its one channel there while it
 //! has waiters, reference-counted: nothing per waiter or per resource. The
-//! same release heard from several nodes is folded into one wake-up.
+//! same release heard from several nodes before the waiter woke is folded
+//! into one wake-up; heard again after it woke, it wakes the waiter again
+//! (its attempt may have reached a node before that node's release).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -78,8 +80,13 @@ pub(crate) enum Wake {
 #[derive(Debug)]
 struct Waiting {
     wake: Arc<Notify>,
-    /// The token of the last release that named this waiter, to fold the
-    /// messages of one release from several nodes into one wake-up.
+    /// The token of the last release that named this waiter since the
+    /// waiter last woke, to fold that release's messages from several nodes
+    /// into one wake-up. Cleared when the waiter wakes: a message of the
+    /// same release that comes while the woken waiter's attempt runs wakes
+    /// it again, since the attempt may have reached that node before the
+    /// release did (and been refused there), and the waiter would otherwise
+    /// wait a whole retry delay for a lock that is free by then.
     last: Vec<u8>,
     /// Its queue keys, for a shutdown that takes it off them.
     queues: Arc<[String]>,
@@ -149,8 +156,21 @@ impl Subscription {
     /// listens is kept for the next call.
     pub(crate) async fn woken(&mut self) -> Wake {
         tokio::select! {
-            () = self.mine.notified() => Wake::Named,
+            () = self.mine.notified() => {
+                self.rearm();
+                Wake::Named
+            }
             Ok(()) = self.subscriptions.changed() => Wake::Subscribed,
+        }
+    }
+
+    /// Lets the next message of a release that already woke this waiter
+    /// wake it again (see [`Waiting::last`]).
+    fn rearm(&self) {
+        if let Some(mailbox) = self.handoff.upgrade()
+            && let Some(waiting) = mailbox.waiters().get_mut(&self.member)
+        {
+            waiting.last.clear();
         }
     }
 
