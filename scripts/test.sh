@@ -21,15 +21,6 @@ if cargo fmt --version >/dev/null 2>&1; then
 else
   echo "rustfmt not installed: skipping the format check" >&2
 fi
-if cargo clippy --version >/dev/null 2>&1; then
-  # The default members and the Python package's extension (not a default
-  # member, so that a plain `cargo build` needs no Python); the model.
-  step cargo clippy --all-targets --all-features -p quorumlock -p quorumlock-cli -p quorumlock-testkit \
-    -p quorumlock-py -- -D warnings
-  step cargo clippy -p quorumlock-model --all-targets -- -D warnings
-else
-  echo "clippy not installed: skipping lints" >&2
-fi
 
 # The protocol model (the safe configurations explored exhaustively and the
 # negative controls' counterexamples, a release build), the checks of the
@@ -58,8 +49,7 @@ background_pid=$!
 # The Python package (quorumlock-py/): a venv with the pinned tools, then the
 # wheel that maturin builds and its install there. Also in the background,
 # in a target directory of its own (the extension's dependencies resolve
-# apart from the tests'); the pytest suite and the examples run after the
-# tests below.
+# apart from the tests'); its tests and examples run once it is installed.
 python_dir=target/python
 mkdir -p "$python_dir"
 (
@@ -74,56 +64,148 @@ mkdir -p "$python_dir"
     --force-reinstall "$python_dir"/wheels/quorumlock-*.whl
 ) >"$python_dir/log" 2>&1 &
 python_pid=$!
-# Library, CLI, test kit, integration tests and the README/rustdoc examples,
-# with every feature of the three packages: the library's etcd, ZooKeeper and
+# Library, CLI, test kit, integration tests, examples and benchmarks, with
+# every feature of the three packages: the library's etcd, ZooKeeper and
 # blocking clients and rediss:// (and etcds://) over TLS, the CLI's demo, etcd,
 # ZooKeeper and tls. The comparison runner with them, a package outside the
 # default members (so that a plain `cargo test` never compiles the peer
 # crates) whose test is its smoke run: every scenario with tiny counts. One
 # feature set for every package, so that one build of the dependencies
-# serves them all; it is the clippy run's above, whose build scripts and
-# proc macros it reuses. Every test binary runs, so that one failure does not
-# hide another.
+# serves them all. Built once; the test binaries then run in two lanes at
+# once (they mostly wait on their servers' timers, and one binary, the
+# library's integration tests, takes as long as all the others together),
+# each binary in its package's directory, as `cargo test` runs it, and every
+# one of them, so that one failure does not hide another.
 suite=(--all-features --workspace --exclude quorumlock-model)
-tests_status=0
-step cargo test --no-fail-fast "${suite[@]}" || tests_status=$?
-background_status=0
-wait "$background_pid" || background_status=$?
-cat "$background/log"
+lanes=target/lanes
+mkdir -p "$lanes"
+step cargo test --no-run "${suite[@]}" --message-format=json-render-diagnostics >"$lanes/build.json"
+step cargo test --no-run --benches "${suite[@]}" --message-format=json-render-diagnostics \
+  >>"$lanes/build.json"
+# "<kind> <package dir> <target name> <executable>" for every test binary:
+# unit tests, integration tests and benchmarks (built as tests), in the
+# order cargo built them.
+python3 -c '
+import json, os, sys
+for line in open(sys.argv[1]):
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
+        continue
+    kind = m["target"]["kind"][0]
+    if kind not in ("lib", "bin", "test", "bench"):
+        sys.exit("test.sh: a test binary of an unknown kind: " + line)
+    print(kind, os.path.dirname(m["manifest_path"]), m["target"]["name"], m["executable"])
+' "$lanes/build.json" >"$lanes/binaries"
+
+# Runs one test binary with its arguments in package directory $1, as cargo
+# does; returns its status.
+run_in() {
+  local dir=$1
+  shift
+  (cd "$dir" && step "$@")
+}
+
+# The arguments of a benchmark's smoke run (tiny counts): its code must not
+# rot, and no benchmark runs in CI.
+smoke_args() {
+  case $1 in
+    latency | watchdog | throughput | cycle_profile) echo --smoke ;;
+    criterion_lock) echo "" ;;
+    *) echo "test.sh: no smoke run for benchmark $1" >&2; return 1 ;;
+  esac
+}
+
+# Lane A: the library's integration tests. Lane B: every other test binary,
+# the benchmarks' and examples' smoke runs, the doc tests, lints and API
+# docs. Each lane's output goes to its log, printed when both ended; the
+# status is the number of steps that failed.
+lane_a() {
+  local failed=0 kind dir name binary
+  while read -r kind dir name binary; do
+    if [ "$kind" = test ] && [ "$name" = it ] && [ "$dir" = "$PWD/quorumlock" ]; then
+      run_in "$dir" "$binary" || failed=$((failed + 1))
+    fi
+  done <"$lanes/binaries"
+  return "$failed"
+}
+lane_b() {
+  local failed=0 kind dir name binary
+  while read -r kind dir name binary; do
+    if [ "$kind" = test ] && [ "$name" = it ] && [ "$dir" = "$PWD/quorumlock" ]; then
+      continue
+    fi
+    if [ "$kind" = bench ]; then
+      local args
+      args=$(smoke_args "$name") || { failed=$((failed + 1)); continue; }
+      # shellcheck disable=SC2086 # no arguments, or one
+      run_in "$dir" "$binary" $args >/dev/null || failed=$((failed + 1))
+      if [ "$name" = cycle_profile ]; then
+        run_in "$dir" "$binary" --smoke raw >/dev/null || failed=$((failed + 1))
+      fi
+    else
+      run_in "$dir" "$binary" || failed=$((failed + 1))
+    fi
+  done <"$lanes/binaries"
+  # Examples in their short mode, against local nodes they start; each
+  # asserts its outcome.
+  local examples="${CARGO_TARGET_DIR:-target}/debug/examples" example
+  for example in cron_guard api_key_pool inventory document_worker; do
+    step "$examples/$example" --short || failed=$((failed + 1))
+  done
+  step "$examples/inventory" --short --restart || failed=$((failed + 1))
+  # The README's and the rustdoc examples.
+  step cargo test --doc "${suite[@]}" || failed=$((failed + 1))
+  if cargo clippy --version >/dev/null 2>&1; then
+    # The default members and the Python package's extension (not a default
+    # member, so that a plain `cargo build` needs no Python); the model.
+    step cargo clippy --all-targets --all-features -p quorumlock -p quorumlock-cli \
+      -p quorumlock-testkit -p quorumlock-py -- -D warnings || failed=$((failed + 1))
+    step cargo clippy -p quorumlock-model --all-targets -- -D warnings || failed=$((failed + 1))
+  else
+    echo "clippy not installed: skipping lints" >&2
+  fi
+  # The API docs build without a broken link.
+  step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features ||
+    failed=$((failed + 1))
+  return "$failed"
+}
+lane_a >"$lanes/a.log" 2>&1 &
+lane_a_pid=$!
+lane_b >"$lanes/b.log" 2>&1 &
+lane_b_pid=$!
+
+# The Python package's tests, once its wheel is installed, against that
+# wheel and beside the binary the build above made (the interoperation tests
+# run it), and its examples, each starting its own nodes and asserting its
+# outcome; its benchmark against redis-py and pottery as a smoke run.
 python_status=0
 wait "$python_pid" || python_status=$?
 cat "$python_dir/log"
-if [ "$tests_status" -ne 0 ] || [ "$background_status" -ne 0 ] || [ "$python_status" -ne 0 ]; then
-  echo "test.sh: the tests exited $tests_status, the background work $background_status," \
-    "the Python package's build $python_status" >&2
+python_failed=0
+if [ "$python_status" -eq 0 ]; then
+  python="$python_dir/venv/bin/python"
+  step env QUORUMLOCK_CLI="${CARGO_TARGET_DIR:-target}/debug/quorumlock" \
+    "$python" -m pytest -q -p no:cacheprovider quorumlock-py/tests || python_failed=$((python_failed + 1))
+  for example in fastapi_documents nightly_archive llm_key_pool idempotency_key; do
+    step env -u QUORUMLOCK_NODES "$python" "quorumlock-py/examples/$example.py" ||
+      python_failed=$((python_failed + 1))
+  done
+  step env -u QUORUMLOCK_NODES "$python" quorumlock-py/bench/compare.py --smoke >/dev/null ||
+    python_failed=$((python_failed + 1))
+fi
+lane_a_failed=0
+wait "$lane_a_pid" || lane_a_failed=$?
+lane_b_failed=0
+wait "$lane_b_pid" || lane_b_failed=$?
+cat "$lanes/a.log" "$lanes/b.log"
+background_status=0
+wait "$background_pid" || background_status=$?
+cat "$background/log"
+if [ "$lane_a_failed" -ne 0 ] || [ "$lane_b_failed" -ne 0 ] || [ "$background_status" -ne 0 ] ||
+  [ "$python_status" -ne 0 ] || [ "$python_failed" -ne 0 ]; then
+  echo "test.sh: failed: $lane_a_failed of the library's integration tests' lane," \
+    "$lane_b_failed steps of the other lane, the background work with $background_status," \
+    "the Python package's build with $python_status, $python_failed of its test steps" >&2
   exit 1
 fi
-# The Python package's tests, against the wheel installed in the venv, beside
-# the binary the test run built (the interoperation tests run it), and its
-# examples, each starting its own nodes and asserting its outcome.
-python="$python_dir/venv/bin/python"
-step env QUORUMLOCK_CLI="${CARGO_TARGET_DIR:-target}/debug/quorumlock" \
-  "$python" -m pytest -q -p no:cacheprovider quorumlock-py/tests
-for example in fastapi_documents nightly_archive llm_key_pool idempotency_key; do
-  step env -u QUORUMLOCK_NODES "$python" "quorumlock-py/examples/$example.py"
-done
-# Its benchmark against redis-py and pottery, as a smoke run (tiny counts).
-step env -u QUORUMLOCK_NODES "$python" quorumlock-py/bench/compare.py --smoke >/dev/null
-# The API docs build without a broken link (here, not in the background: its
-# check of the dependencies shares the clippy run's).
-step env RUSTDOCFLAGS="-D warnings" cargo doc --quiet -p quorumlock --no-deps --all-features
-# Examples in their short mode, against local nodes they start; each asserts
-# its outcome. The test run above built them, with its features.
-examples="${CARGO_TARGET_DIR:-target}/debug/examples"
-for example in cron_guard api_key_pool inventory document_worker; do
-  step "$examples/$example" --short
-done
-step "$examples/inventory" --short --restart
-# Benchmarks only as smoke runs (tiny counts): their code must not rot. The
-# test run's packages and features, so that they share its build.
-for bench in "latency -- --smoke" "watchdog -- --smoke" "throughput -- --smoke" \
-  "cycle_profile -- --smoke" "cycle_profile -- --smoke raw" "criterion_lock"; do
-  # shellcheck disable=SC2086 # the bench's name, then its arguments
-  step cargo test "${suite[@]}" --bench $bench
-done
 echo "test.sh: passed in $SECONDS s" >&2
