@@ -16,6 +16,10 @@ step() {
   return "$status"
 }
 
+# Whatever still runs in the background when this script ends (a step that
+# failed ends it early) ends with it.
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+
 if cargo fmt --version >/dev/null 2>&1; then
   cargo fmt --all -- --check
 else
@@ -80,7 +84,8 @@ suite=(--all-features --workspace --exclude quorumlock-model)
 lanes=target/lanes
 mkdir -p "$lanes"
 step cargo test --no-run "${suite[@]}" --message-format=json-render-diagnostics >"$lanes/build.json"
-step cargo test --no-run --benches "${suite[@]}" --message-format=json-render-diagnostics \
+# The benchmark targets alone: `--benches` would take every library too.
+step cargo test --no-run --bench '*' "${suite[@]}" --message-format=json-render-diagnostics \
   >>"$lanes/build.json"
 # "<kind> <package dir> <target name> <executable>" for every test binary:
 # unit tests, integration tests and benchmarks (built as tests), in the
