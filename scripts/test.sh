@@ -50,10 +50,9 @@ mkdir -p "$background"
     --features quorumlock/etcd,quorumlock/blocking,quorumlock-cli/etcd
 ) >"$background/log" 2>&1 &
 background_pid=$!
-# The Python package (quorumlock-py/): a venv with the pinned tools, then the
-# wheel that maturin builds and its install there. Also in the background,
-# in a target directory of its own (the extension's dependencies resolve
-# apart from the tests'); its tests and examples run once it is installed.
+# The Python package's venv with the pinned tools (maturin, pytest, the
+# peers its tests and benchmark run against), made in the background; the
+# wheel is built once the tests' build is done (below).
 python_dir=target/python
 mkdir -p "$python_dir"
 (
@@ -61,11 +60,6 @@ mkdir -p "$python_dir"
   step python3 -m venv "$python_dir/venv"
   step "$python_dir/venv/bin/pip" install --quiet --disable-pip-version-check \
     -r quorumlock-py/requirements-dev.txt
-  rm -rf "$python_dir/wheels"
-  step nice -n 19 env CARGO_TARGET_DIR="$python_dir/cargo" "$python_dir/venv/bin/maturin" build \
-    --quiet --profile dev -m quorumlock-py/Cargo.toml -o "$python_dir/wheels"
-  step "$python_dir/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
-    --force-reinstall "$python_dir"/wheels/quorumlock-*.whl
 ) >"$python_dir/log" 2>&1 &
 python_pid=$!
 # Library, CLI, test kit, integration tests, examples and benchmarks, with
@@ -179,24 +173,36 @@ lane_a_pid=$!
 lane_b >"$lanes/b.log" 2>&1 &
 lane_b_pid=$!
 
-# The Python package's tests, once its wheel is installed, against that
-# wheel and beside the binary the build above made (the interoperation tests
-# run it), and its examples, each starting its own nodes and asserting its
-# outcome; its benchmark against redis-py and pottery as a smoke run.
+# The Python package: its wheel, built by maturin in the tests' target
+# directory (after their build, so that it reuses all but the few
+# dependencies whose features differ, and the extension itself), installed
+# in the venv; its tests against that wheel, beside the binary the build
+# above made (the interoperation tests run it), and its examples, each
+# starting its own nodes and asserting its outcome; its benchmark against
+# redis-py and pottery as a smoke run. The lanes' cargo commands wait for
+# the build's lock meanwhile.
 python_status=0
 wait "$python_pid" || python_status=$?
 cat "$python_dir/log"
 python_failed=0
 if [ "$python_status" -eq 0 ]; then
   python="$python_dir/venv/bin/python"
-  step env QUORUMLOCK_CLI="${CARGO_TARGET_DIR:-target}/debug/quorumlock" \
-    "$python" -m pytest -q -p no:cacheprovider quorumlock-py/tests || python_failed=$((python_failed + 1))
-  for example in fastapi_documents nightly_archive llm_key_pool idempotency_key; do
-    step env -u QUORUMLOCK_NODES "$python" "quorumlock-py/examples/$example.py" ||
+  rm -rf "$python_dir/wheels"
+  if step "$python_dir/venv/bin/maturin" build --quiet --profile dev -m quorumlock-py/Cargo.toml \
+    -o "$python_dir/wheels" &&
+    step "$python_dir/venv/bin/pip" install --quiet --disable-pip-version-check --no-deps \
+      --force-reinstall "$python_dir"/wheels/quorumlock-*.whl; then
+    step env QUORUMLOCK_CLI="${CARGO_TARGET_DIR:-target}/debug/quorumlock" \
+      "$python" -m pytest -q -p no:cacheprovider quorumlock-py/tests || python_failed=$((python_failed + 1))
+    for example in fastapi_documents nightly_archive llm_key_pool idempotency_key; do
+      step env -u QUORUMLOCK_NODES "$python" "quorumlock-py/examples/$example.py" ||
+        python_failed=$((python_failed + 1))
+    done
+    step env -u QUORUMLOCK_NODES "$python" quorumlock-py/bench/compare.py --smoke >/dev/null ||
       python_failed=$((python_failed + 1))
-  done
-  step env -u QUORUMLOCK_NODES "$python" quorumlock-py/bench/compare.py --smoke >/dev/null ||
+  else
     python_failed=$((python_failed + 1))
+  fi
 fi
 lane_a_failed=0
 wait "$lane_a_pid" || lane_a_failed=$?
@@ -210,7 +216,7 @@ if [ "$lane_a_failed" -ne 0 ] || [ "$lane_b_failed" -ne 0 ] || [ "$background_st
   [ "$python_status" -ne 0 ] || [ "$python_failed" -ne 0 ]; then
   echo "test.sh: failed: $lane_a_failed of the library's integration tests' lane," \
     "$lane_b_failed steps of the other lane, the background work with $background_status," \
-    "the Python package's build with $python_status, $python_failed of its test steps" >&2
+    "the Python venv with $python_status, $python_failed of the Python package's steps" >&2
   exit 1
 fi
 echo "test.sh: passed in $SECONDS s" >&2

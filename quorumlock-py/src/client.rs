@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use quorumlock::{LockOptions, Redlock, ReplicaAck, ShutdownReport};
 
+use crate::awaitable;
 use crate::convert::{self, optional_duration};
 use crate::errors::{self, Failure, Reply};
 use crate::guard::{Guard, Held};
@@ -38,7 +39,7 @@ where
         let outcome = runtime::block_on(py, future)?;
         return Reply(outcome).into_pyobject(py);
     }
-    runtime::awaitable(py, async move { Ok(Reply(future.await)) })
+    awaitable::awaitable(py, async move { Ok(Reply(future.await)) })
 }
 
 /// The keyword arguments a lock call takes on top of the client's settings.

@@ -14,6 +14,7 @@ use quorumlock::{Error, LockWatch, Permit, ReleaseReport};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+use crate::awaitable;
 use crate::convert;
 use crate::errors::{Failure, Reply};
 use crate::runtime::{self, Process};
@@ -176,7 +177,7 @@ impl Guard {
     /// release: cancel it then).
     fn lost<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let watch = self.watch.clone();
-        runtime::awaitable(py, async move {
+        awaitable::awaitable(py, async move {
             watch.lost().await;
             Ok(())
         })
@@ -223,7 +224,7 @@ impl Guard {
             let outcome = runtime::block_on(py, future)?;
             return Reply(outcome).into_pyobject(py);
         }
-        runtime::awaitable(py, async move { Ok(Reply(future.await)) })
+        awaitable::awaitable(py, async move { Ok(Reply(future.await)) })
     }
 
     /// Releases the lock on every node and returns the release report;
@@ -257,7 +258,7 @@ impl Guard {
         if blocking {
             return runtime::block_on(py, outcome)??.into_pyobject(py);
         }
-        runtime::awaitable(py, outcome)
+        awaitable::awaitable(py, outcome)
     }
 
     fn __reduce__(&self) -> PyResult<()> {

@@ -17,6 +17,7 @@ use quorumlock::{Idempotency, IdempotencyError};
 use tokio::sync::{Mutex, oneshot};
 use tokio::task::JoinHandle;
 
+use crate::awaitable;
 use crate::errors::{Failure, Reply};
 use crate::runtime;
 
@@ -124,7 +125,7 @@ impl Run {
             let outcome = runtime::block_on(py, next(state))?;
             return Reply(outcome).into_pyobject(py);
         }
-        runtime::awaitable(py, async move { Ok(Reply(next(state).await)) })
+        awaitable::awaitable(py, async move { Ok(Reply(next(state).await)) })
     }
 
     /// The operation returned `result`: store it for every caller.

@@ -5,6 +5,7 @@
 //! runtime they share. Its classes take `blocking` in each call, so the
 //! sync and the asyncio clients of the package are one client here.
 
+mod awaitable;
 mod client;
 mod convert;
 mod errors;

@@ -1,10 +1,9 @@
-//! The Tokio runtime the locks live on, one per process, and the bridge
-//! that turns its futures into asyncio awaitables.
+//! The Tokio runtime the locks live on, one per process, and blocking calls
+//! on it (asyncio awaitables are `awaitable`'s).
 //!
 //! Everything of the library runs here: acquisitions, the watchdog's
 //! renewals, releases, the connections' I/O. Its worker threads never take
-//! the GIL (pyo3-async-runtimes hands a result to Python from the blocking
-//! pool), so an event loop or a thread that keeps the GIL busy delays only
+//! the GIL, so an event loop or a thread that keeps the GIL busy delays only
 //! the moment Python hears of a result, never a renewal.
 //!
 //! A runtime's threads do not survive `fork()`: the child has the memory of
@@ -15,16 +14,11 @@
 //! refuse to work in the child ([`Process::check`]): their connections and
 //! renewals belong to the parent.
 
-use std::cell::OnceCell;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Mutex;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use pyo3_async_runtimes::TaskLocals;
-use pyo3_async_runtimes::generic::{self, ContextExt};
 use tokio::runtime::Handle;
 
 use crate::errors::{self, Failure};
@@ -115,88 +109,5 @@ where
             Ok(output) => return Ok(output),
             Err(_) => py.check_signals()?,
         }
-    }
-}
-
-/// An asyncio awaitable for `future`, run on the runtime. Cancelling the
-/// awaitable drops the future (as cancelling a Tokio task does).
-pub fn awaitable<'py, F, T>(py: Python<'py>, future: F) -> PyResult<Bound<'py, PyAny>>
-where
-    F: Future<Output = PyResult<T>> + Send + 'static,
-    T: for<'a> IntoPyObject<'a> + Send + 'static,
-{
-    handle()?;
-    generic::future_into_py::<LockRuntime, F, T>(py, future)
-}
-
-/// pyo3-async-runtimes over this module's runtime.
-struct LockRuntime;
-
-tokio::task_local! {
-    /// The asyncio loop (and context) of the call a task serves.
-    static TASK_LOCALS: OnceCell<TaskLocals>;
-}
-
-/// A task of the runtime, as pyo3-async-runtimes awaits it.
-struct Task(tokio::task::JoinHandle<()>);
-
-impl Future for Task {
-    type Output = Result<(), TaskFailed>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map_err(TaskFailed)
-    }
-}
-
-/// A task that panicked or was aborted.
-struct TaskFailed(tokio::task::JoinError);
-
-impl generic::JoinError for TaskFailed {
-    fn is_panic(&self) -> bool {
-        self.0.is_panic()
-    }
-
-    fn into_panic(self) -> Box<dyn std::any::Any + Send + 'static> {
-        self.0.into_panic()
-    }
-}
-
-impl generic::Runtime for LockRuntime {
-    type JoinError = TaskFailed;
-    type JoinHandle = Task;
-
-    fn spawn<F>(future: F) -> Task
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        // The callers above built the runtime first: `handle` fails only
-        // where they already raised.
-        let handle = handle().expect("the runtime was built by the caller");
-        Task(handle.spawn(future))
-    }
-
-    fn spawn_blocking<F>(work: F) -> Task
-    where
-        F: FnOnce() + Send + 'static,
-    {
-        let handle = handle().expect("the runtime was built by the caller");
-        Task(handle.spawn_blocking(work))
-    }
-}
-
-impl ContextExt for LockRuntime {
-    fn scope<F, R>(locals: TaskLocals, future: F) -> Pin<Box<dyn Future<Output = R> + Send>>
-    where
-        F: Future<Output = R> + Send + 'static,
-    {
-        let cell = OnceCell::new();
-        let _ = cell.set(locals);
-        Box::pin(TASK_LOCALS.scope(cell, future))
-    }
-
-    fn get_task_locals() -> Option<TaskLocals> {
-        TASK_LOCALS
-            .try_with(|cell| cell.get().cloned())
-            .unwrap_or_default()
     }
 }
