@@ -16,8 +16,8 @@ use std::fmt;
 
 use crate::etcd::EtcdCluster;
 use crate::faults::Target;
+use crate::pause::Paused;
 use crate::proxy::{Fault, Proxy};
-use crate::server::Paused;
 use crate::zookeeper::ZkEnsemble;
 
 /// The members of a consensus store, as the test kit runs them: what a

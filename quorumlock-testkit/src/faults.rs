@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::fake::FakeNode;
+use crate::pause::Paused;
 use crate::proxy::{Fault, Proxy};
-use crate::server::{Paused, Persistence, RedisServer, pause_all};
+use crate::server::{Persistence, RedisServer, pause_all};
 use crate::skew::SkewedClock;
 
 /// One node of a [`Cluster`].

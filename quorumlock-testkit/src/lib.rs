@@ -12,6 +12,8 @@
 //! - [`server`]: one `redis-server` per [`RedisServer`], in a directory of
 //!   its own, killed when dropped; kill, restart (with or without AOF
 //!   persistence), SIGSTOP pauses, replicas, raw commands.
+//! - [`pause`]: a [`pause::Paused`] process (SIGSTOP until dropped), frozen
+//!   in every thread before the pause returns.
 //! - [`proxy`]: a TCP [`Proxy`] in front of one node that adds latency,
 //!   black-holes, refuses or resets connections, switchable while a test
 //!   runs.
@@ -110,6 +112,7 @@ pub mod fake;
 pub mod faults;
 mod members;
 pub mod panics;
+pub mod pause;
 pub mod proxy;
 pub mod redis_cluster;
 pub mod redis_cluster_chaos;

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::server::{Paused, fresh_dir, hold_port};
+use crate::pause::Paused;
+use crate::server::{fresh_dir, hold_port};
 
 /// How many fresh sets of ports to try when another process takes one of
 /// ours between finding it free and a member binding it.
@@ -395,7 +396,7 @@ macro_rules! member_methods {
         #[doc = concat!("Freezes ", $member, " `i` with SIGSTOP until the returned guard is")]
         /// dropped (SIGCONT). While frozen, connects succeed but requests
         /// hang, and the others stop hearing from it.
-        pub fn pause(&self, i: usize) -> $crate::server::Paused {
+        pub fn pause(&self, i: usize) -> $crate::pause::Paused {
             self.$set.pause(i)
         }
 

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::members::poll;
+use crate::pause::Paused;
 use crate::redis_proc::{COMMAND_TIMEOUT, Proc, query_within};
-use crate::server::Paused;
 
 mod by_hand;
 mod parts;

@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::members::{free_ports, poll};
+use crate::pause::Paused;
 use crate::redis_proc::{Proc, fresh_dir, info_field, path_str, probe};
-use crate::server::{Paused, Persistence, RedisServer};
+use crate::server::{Persistence, RedisServer};
 
 /// The name the sentinels monitor the master under.
 const MASTER_NAME: &str = "quorumlock";

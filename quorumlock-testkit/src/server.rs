@@ -13,19 +13,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::pause::Paused;
+
 /// How long a server may take to answer PING after it was spawned.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many fresh ports to try when another process takes ours between
 /// finding it free and the server binding it.
 const PORT_ATTEMPTS: usize = 5;
-
-/// How long [`Paused`] waits for every thread of a process to stop after
-/// SIGSTOP. kill(2) returns once the signal is queued; each thread stops
-/// only when it next enters the kernel, and a JVM (a ZooKeeper server) has
-/// dozens of threads. A test that probes the server before they all stop
-/// may still be answered, as if the pause had not happened.
-const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What to tell a user whose machine has no `redis-server`.
 pub const INSTALL_HINT: &str = "redis-server was not found on PATH; install it with \
@@ -346,32 +341,6 @@ impl Drop for RedisServer {
     }
 }
 
-/// A frozen server process (a redis-server, an etcd member); dropping it
-/// sends SIGCONT (also when a test panics).
-#[derive(Debug)]
-pub struct Paused {
-    pid: u32,
-}
-
-impl Paused {
-    /// Freezes process `pid` with SIGSTOP until the guard is dropped.
-    /// Returns once every thread of the process is stopped.
-    pub(crate) fn stop(pid: u32) -> Paused {
-        signal(pid, "STOP");
-        wait_stopped(pid);
-        Paused { pid }
-    }
-
-    /// Resumes the server now.
-    pub fn resume(self) {}
-}
-
-impl Drop for Paused {
-    fn drop(&mut self) {
-        signal(self.pid, "CONT");
-    }
-}
-
 /// Freezes several servers with one SIGSTOP (one `kill` for all of them),
 /// so that they stop within microseconds of each other, not one process
 /// spawn apart. Each guard resumes its server when dropped.
@@ -380,38 +349,7 @@ pub fn pause_all<'a>(servers: impl IntoIterator<Item = &'a RedisServer>) -> Vec<
         .into_iter()
         .map(|s| s.pid().expect("pause: server is not running"))
         .collect();
-    signal_all(&pids, "STOP");
-    pids.iter().copied().for_each(wait_stopped);
-    pids.into_iter().map(|pid| Paused { pid }).collect()
-}
-
-/// Waits until every thread of process `pid` is in the stopped state
-/// (`T` in `/proc/<pid>/task/<tid>/stat`); panics after [`STOP_TIMEOUT`].
-fn wait_stopped(pid: u32) {
-    let started = Instant::now();
-    while !all_threads_stopped(pid) {
-        assert!(
-            started.elapsed() < STOP_TIMEOUT,
-            "process {pid} did not stop within {STOP_TIMEOUT:?} of SIGSTOP"
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Whether every thread of process `pid` is stopped. A process without
-/// `/proc` entries (gone, or no procfs) counts as stopped: there is
-/// nothing left that could answer.
-fn all_threads_stopped(pid: u32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    tasks.flatten().all(|task| {
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        // The state follows the command name, which is in parentheses and
-        // may itself contain spaces or parentheses.
-        let state = stat.rsplit_once(')').map(|(_, rest)| rest.trim_start());
-        state.is_none_or(|rest| rest.starts_with(['T', 't', 'Z', 'X']))
-    })
+    Paused::stop_all(&pids)
 }
 
 /// `n` servers without persistence.
@@ -441,19 +379,6 @@ pub fn nodes_from_env_or_local(n: usize) -> io::Result<(Vec<String>, Vec<RedisSe
 /// The URLs of `servers`.
 pub fn urls(servers: &[RedisServer]) -> Vec<String> {
     servers.iter().map(RedisServer::url).collect()
-}
-
-pub(crate) fn signal(pid: u32, name: &str) {
-    signal_all(&[pid], name);
-}
-
-fn signal_all(pids: &[u32], name: &str) {
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .args(pids.iter().map(u32::to_string))
-        .status()
-        .expect("run kill(1)");
-    assert!(status.success(), "kill -{name} {pids:?} failed");
 }
 
 /// The `process_id` of an `INFO server` reply.

@@ -55,8 +55,6 @@ pub struct Rate {
     /// CPU time per cycle (µs) of this process and of the nodes, per round.
     pub client_us: Vec<f64>,
     pub server_us: Vec<f64>,
-    /// Completed cycles over all rounds' windows.
-    pub cycles: u64,
     /// Failed cycles over all rounds.
     pub errors: u64,
     /// The first failure, for the report.
@@ -105,7 +103,6 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window, stores: &[Store])
                 rounds: Vec::new(),
                 client_us: Vec::new(),
                 server_us: Vec::new(),
-                cycles: 0,
                 errors: 0,
                 first_error: None,
             })
@@ -121,7 +118,6 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window, stores: &[Store])
                 result.rounds.push(outcome.rate);
                 result.client_us.push(outcome.client_us);
                 result.server_us.push(outcome.server_us);
-                result.cycles += outcome.cycles;
                 result.errors += outcome.errors;
                 if result.first_error.is_none() {
                     result.first_error = outcome.first_error;
@@ -143,8 +139,6 @@ pub struct Outcome {
     /// and the store's processes (nodes, or the members of a consensus store).
     pub client_us: f64,
     pub server_us: f64,
-    /// Cycles completed in the window.
-    pub cycles: u64,
     pub errors: u64,
     pub first_error: Option<String>,
 }
@@ -222,7 +216,6 @@ pub async fn round(
         rate: (after - before) as f64 / elapsed.as_secs_f64(),
         client_us: per_cycle(client),
         server_us: per_cycle(server),
-        cycles,
         errors: errors.count.load(Ordering::Relaxed),
         first_error: errors.first.lock().unwrap().take(),
     }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use quorumlock_testkit::consensus_chaos::{ConsensusAction, ConsensusTarget};
 use quorumlock_testkit::faults::Target;
-use quorumlock_testkit::server::Paused;
+use quorumlock_testkit::pause::Paused;
 use quorumlock_testkit::zookeeper::ZkEnsemble;
 
 use crate::{hosts_of_three, wait_until};

@@ -7,7 +7,7 @@ use std::slice;
 use std::time::Duration;
 
 use quorumlock::{Error, NodeError, NodeErrorKind, Redlock, ReplicaAck, Setting};
-use quorumlock_testkit::{RedisServer, calls, client, dbsize, get, int, pttl, server, start_nodes, urls};
+use quorumlock_testkit::{RedisServer, calls, client, dbsize, get, int, pttl, start_nodes, urls};
 use tokio::time::Instant;
 
 /// Per-node timeout of these tests: generous for a loaded CI machine, and
@@ -29,27 +29,6 @@ fn acked(nodes: &[RedisServer]) -> Redlock {
         .replica_ack(ReplicaAck::new(1).with_timeout(ACK_TIMEOUT))
         .build()
         .expect("valid replica-ack config")
-}
-
-/// Freezes `server` and waits until the kernel reports it stopped, so that
-/// nothing the test does next can reach it still running.
-fn freeze(server: &RedisServer) -> server::Paused {
-    let paused = server.pause();
-    let stat = format!("/proc/{}/stat", server.pid().expect("running"));
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let text = std::fs::read_to_string(&stat).expect("read /proc/PID/stat");
-        // The state follows the parenthesised command name.
-        let state = text
-            .rsplit(')')
-            .next()
-            .and_then(|rest| rest.split_whitespace().next());
-        if state == Some("T") {
-            return paused;
-        }
-        assert!(Instant::now() < deadline, "SIGSTOP not delivered: {text}");
-        std::thread::yield_now();
-    }
 }
 
 /// Makes `replica` a master (what Sentinel does on failover).
@@ -125,7 +104,7 @@ async fn frozen_replica_fails_acquisition_after_the_wait_timeout_and_leaves_no_k
     let master = RedisServer::start();
     let replica = RedisServer::start_replica_of(&master);
     let redlock = acked(slice::from_ref(&master));
-    let paused = freeze(&replica);
+    let paused = replica.pause();
     let started = Instant::now();
     let error = only_node_error(redlock.try_lock("invoice:8", TTL).await);
     let elapsed = started.elapsed();
@@ -151,7 +130,7 @@ async fn node_with_a_frozen_replica_keeps_no_key_when_the_others_reach_quorum() 
     let masters = start_nodes(3);
     let replicas: Vec<RedisServer> = masters.iter().map(RedisServer::start_replica_of).collect();
     let redlock = acked(&masters);
-    let _paused = freeze(&replicas[2]);
+    let _paused = replicas[2].pause();
     let guard = redlock
         .try_lock("doc:1001", TTL)
         .await
@@ -201,7 +180,7 @@ async fn without_wait_a_lock_the_replica_missed_is_lost_on_failover() {
     // Cut replication: freeze the replica and have the master drop its link.
     // Freezing alone is not enough: the kernel still accepts the master's
     // stream into the frozen replica's socket, which applies it on SIGCONT.
-    let paused = freeze(&replica);
+    let paused = replica.pause();
     assert_eq!(int(&master, &["CLIENT", "KILL", "TYPE", "replica"]), 1);
     let first = client(slice::from_ref(&master));
     let guard = first
@@ -270,7 +249,7 @@ async fn renewal_and_extend_in_wait_mode_do_not_confirm_while_the_replica_is_fro
         .await
         .unwrap()
         .expect("free resource");
-    let _paused = freeze(&replica);
+    let _paused = replica.pause();
     assert_replica_missing(&only_node_error(guard.extend(ttl).await));
     let valid_until = guard.valid_until();
     tokio::time::timeout(ttl * 2, guard.lost())
