@@ -118,10 +118,16 @@ smoke_args() {
 # the benchmarks' and examples' smoke runs, the doc tests, lints and API
 # docs. Each lane's output goes to its log, printed when both ended; the
 # status is the number of steps that failed.
+
+# Whether the test binary of kind $1, package directory $2 and name $3 is
+# lane A's (the library's integration tests).
+in_lane_a() {
+  [ "$1" = test ] && [ "$2" = "$PWD/quorumlock" ] && [ "$3" = it ]
+}
 lane_a() {
   local failed=0 kind dir name binary
   while read -r kind dir name binary; do
-    if [ "$kind" = test ] && [ "$name" = it ] && [ "$dir" = "$PWD/quorumlock" ]; then
+    if in_lane_a "$kind" "$dir" "$name"; then
       run_in "$dir" "$binary" || failed=$((failed + 1))
     fi
   done <"$lanes/binaries"
@@ -130,7 +136,7 @@ lane_a() {
 lane_b() {
   local failed=0 kind dir name binary
   while read -r kind dir name binary; do
-    if [ "$kind" = test ] && [ "$name" = it ] && [ "$dir" = "$PWD/quorumlock" ]; then
+    if in_lane_a "$kind" "$dir" "$name"; then
       continue
     fi
     if [ "$kind" = bench ]; then

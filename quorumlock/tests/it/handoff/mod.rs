@@ -17,10 +17,35 @@ use std::time::Duration;
 
 use quorumlock::{Guard, Redlock};
 use quorumlock_testkit::{RedisServer, builder, eventually, get, int};
+use tokio::time::Instant;
 
 /// Polling so slow that a hand-off faster than it can only come from a
 /// notification: the first poll of a waiter comes after >= 125 ms.
 const SLOW_POLL: Duration = Duration::from_secs(2);
+
+/// Polling slower than every wake-up path of these tests, a subscriber's
+/// reconnection included: a waiter's first poll comes after >= 10 s.
+const RARE_POLL: Duration = Duration::from_secs(20);
+
+/// A waiting client that polls only every [`RARE_POLL`], so that a hand-off
+/// within seconds can only come from a wake-up.
+fn rare_poller(servers: &[RedisServer]) -> Redlock {
+    builder(servers)
+        .retry_delay(RARE_POLL)
+        .wait(RARE_POLL * 3)
+        .build()
+        .unwrap()
+}
+
+/// Asserts that a waiter handed the lock came well before its first poll
+/// after `since` could have: it was woken.
+fn assert_woken(since: Instant) {
+    assert!(
+        since.elapsed() < RARE_POLL / 4,
+        "the waiter came after {:?}: it polled",
+        since.elapsed()
+    );
+}
 
 /// Pub/sub subscriptions of quorumlock clients on `server`: one per client
 /// that has waiters (on its channel `quorumlock:wake:<client id>`), none

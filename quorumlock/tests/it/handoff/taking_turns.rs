@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use quorumlock::Redlock;
-use quorumlock_testkit::{Proxy, builder, start_nodes};
+use quorumlock_testkit::{Proxy, start_nodes};
 use tokio::time::Instant;
 
-use super::{hold, slow_poller, until_queued};
+use super::{assert_woken, hold, rare_poller, slow_poller, until_queued};
 
 /// Runs `waiters` tasks that take turns on one resource for `rounds` each; a
 /// task that released waits until someone else acquired before it queues
@@ -132,7 +132,6 @@ async fn no_waiter_starves_over_many_rounds() {
 /// later.
 #[tokio::test]
 async fn a_waiter_that_woke_before_the_release_reached_a_majority_is_woken_again() {
-    const RETRY_DELAY: Duration = Duration::from_secs(20);
     const SLOW: Duration = Duration::from_millis(150);
     let servers = start_nodes(3);
     // The holder reaches node 0 directly, nodes 1 and 2 through proxies.
@@ -143,11 +142,7 @@ async fn a_waiter_that_woke_before_the_release_reached_a_majority_is_woken_again
         .build()
         .unwrap();
     let guard = hold(&holder, &servers, "relay").await;
-    let redlock = builder(&servers)
-        .retry_delay(RETRY_DELAY)
-        .wait(RETRY_DELAY * 3)
-        .build()
-        .unwrap();
+    let redlock = rare_poller(&servers);
     let waiter = tokio::spawn(async move { redlock.lock("relay", Duration::from_secs(10)).await });
     until_queued(&servers, "relay", 1, "the waiter queued").await;
     for proxy in &proxies {
@@ -156,10 +151,6 @@ async fn a_waiter_that_woke_before_the_release_reached_a_majority_is_woken_again
     let released = Instant::now();
     guard.release().await.unwrap();
     let next = waiter.await.unwrap().expect("handed the lock");
-    assert!(
-        released.elapsed() < RETRY_DELAY / 4,
-        "the waiter came after {:?}: it polled",
-        released.elapsed()
-    );
+    assert_woken(released);
     next.release().await.unwrap();
 }
