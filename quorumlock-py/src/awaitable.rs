@@ -45,19 +45,14 @@ struct Completion {
 
 /// What the runtime's tasks and one loop's reader callback share.
 struct Queue {
-    state: Mutex<Pending>,
+    /// The outcomes not yet taken by the loop. A byte was written for them
+    /// exactly when this is not empty: the first push after a take writes
+    /// it, and the loop's callback takes them all.
+    outcomes: Mutex<Vec<Completion>>,
     /// The loop watches this end; a byte means "outcomes are queued".
     readable: UnixStream,
     /// The tasks write the byte here.
     writable: UnixStream,
-}
-
-#[derive(Default)]
-struct Pending {
-    outcomes: Vec<Completion>,
-    /// A byte was written and not read yet: the callback will take what
-    /// is queued, so a task that queues more need not write again.
-    signalled: bool,
 }
 
 impl Queue {
@@ -66,23 +61,25 @@ impl Queue {
         readable.set_nonblocking(true)?;
         writable.set_nonblocking(true)?;
         Ok(Queue {
-            state: Mutex::default(),
+            outcomes: Mutex::default(),
             readable,
             writable,
         })
     }
 
-    fn state(&self) -> MutexGuard<'_, Pending> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn outcomes(&self) -> MutexGuard<'_, Vec<Completion>> {
+        self.outcomes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Queues an outcome (from a runtime thread, without the GIL) and wakes
     /// the loop if nothing was queued.
     fn push(&self, completion: Completion) {
         let signal = {
-            let mut state = self.state();
-            state.outcomes.push(completion);
-            !std::mem::replace(&mut state.signalled, true)
+            let mut outcomes = self.outcomes();
+            outcomes.push(completion);
+            outcomes.len() == 1
         };
         if signal {
             // One byte at most is unread, so the socket's buffer never
@@ -97,9 +94,7 @@ impl Queue {
         // Read before taking: an outcome queued after the take writes a
         // new byte, and the loop calls back again.
         let _ = (&self.readable).read(&mut byte);
-        let mut state = self.state();
-        state.signalled = false;
-        std::mem::take(&mut state.outcomes)
+        std::mem::take(&mut *self.outcomes())
     }
 }
 

@@ -69,7 +69,8 @@ async def test_a_second_cancellation_does_not_skip_the_release(urls, redis_nodes
 def test_a_collected_guard_is_released(urls, redis_nodes, name):
     with quorumlock.Redlock(urls) as locks:
         guard = locks.lock(name, ttl=LONG_TTL).acquire()
-        assert all(node.client.get(name) == guard.token for node in redis_nodes)
+        token = guard.token
+        wait_until("every node holds it", lambda: all(node.client.get(name) == token for node in redis_nodes), timeout=2)
         del guard
         gc.collect()
         wait_until("the collected guard's key is released", gone(redis_nodes, name), timeout=2)
@@ -167,7 +168,7 @@ def test_a_forked_child_refuses_the_parents_client_and_makes_its_own(urls, redis
     assert run_in_child(child) == 0
     held = guards[0]
     # The child's copy of the guard, collected there, released nothing.
-    assert all(node.client.get(name) == held.token for node in redis_nodes)
+    wait_until("every node holds it", lambda: all(node.client.get(name) == held.token for node in redis_nodes), timeout=2)
     assert held.is_held()
     held.release()
     locks.close()

@@ -26,13 +26,13 @@ def test_a_held_lock_excludes_others_until_released(urls, redis_nodes, name):
         assert (locks.nodes, locks.quorum) == (3, 2)
         with locks.lock(name, ttl=10) as guard:
             assert re.fullmatch(r"[0-9a-f]{32}", guard.token)
-            assert held_on(redis_nodes, name) == [guard.token] * 3
+            wait_until("every node holds it", lambda: held_on(redis_nodes, name) == [guard.token] * 3, timeout=2)
             with pytest.raises(quorumlock.LockHeld) as held:
                 locks.lock(name, ttl=10, wait=0).acquire()
             assert held.value.refused >= 2 and held.value.nodes == 3
             assert locks.try_lock(name, ttl=10).acquire() is None
             assert 0 < guard.remaining <= 10
-        assert held_on(redis_nodes, name) == [None] * 3
+        wait_until("the keys are gone", lambda: held_on(redis_nodes, name) == [None] * 3, timeout=2)
         with locks.try_lock(name, ttl=10) as again:
             assert again is not None
 
@@ -68,7 +68,7 @@ async def test_a_lock_outlives_its_ttl_while_renewed(urls, redis_nodes, name):
         async with locks.lock(name, ttl=0.5) as guard:
             await asyncio.sleep(1.5)
             assert guard.is_held()
-            assert held_on(redis_nodes, name) == [guard.token] * 3
+            wait_until("every node holds it", lambda: held_on(redis_nodes, name) == [guard.token] * 3, timeout=2)
             assert all(node.client.pttl(name) > 0 for node in redis_nodes)
 
 
@@ -168,7 +168,7 @@ def test_a_closed_client_takes_no_lock(urls, redis_nodes, name):
     guard = locks.lock(name, ttl=30).acquire()
     report = locks.close()
     assert report["released"] == 1 and report["complete"]
-    assert held_on(redis_nodes, name) == [None] * 3
+    wait_until("the keys are gone", lambda: held_on(redis_nodes, name) == [None] * 3, timeout=2)
     assert not guard.is_held()
     with pytest.raises(quorumlock.ClientClosed):
         locks.lock(name, ttl=5).acquire()
@@ -182,7 +182,7 @@ def test_inspect_and_force_unlock_see_the_holder(urls, redis_nodes, name):
         assert [n["state"] for n in seen["nodes"]] == ["held"] * 3
         report = locks.force_unlock(name)
         assert report["deleted"] == 3 and report["answered"] == 3
-        assert held_on(redis_nodes, name) == [None] * 3
+        wait_until("the keys are gone", lambda: held_on(redis_nodes, name) == [None] * 3, timeout=2)
         assert locks.inspect(name)["verdict"] == "free"
 
 

@@ -14,6 +14,8 @@ import pytest
 import quorumlock
 from quorumlock.asyncio import Redlock as AsyncRedlock
 
+from conftest import wait_until
+
 #: How long a lost lock may take to be noticed: the renewal period of a
 #: 1 s ttl is a third of it, and one node round trip more.
 NOTICE = 1.0
@@ -57,7 +59,7 @@ async def test_a_loss_is_not_mistaken_for_an_outside_cancellation(urls, redis_no
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert [n.client.get(name) for n in redis_nodes] == [None] * 3
+        wait_until("the keys are gone", lambda: [n.client.get(name) for n in redis_nodes] == [None] * 3, timeout=2)
 
 
 def test_the_blocking_block_raises_lock_lost_at_its_end(urls, redis_nodes, name):
