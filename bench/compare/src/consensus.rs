@@ -116,7 +116,7 @@ impl Store {
 
     /// The store's contender, warmed up with one cycle.
     pub async fn contender(&self) -> Contender {
-        Contender::connect(self.kind, &self.urls(), true).await
+        Contender::connect(self.kind, &self.urls()).await
     }
 
     /// User + system CPU time of the members so far.

@@ -98,8 +98,15 @@ pub enum Contender {
 
 impl Contender {
     /// Creates the client of `kind` over `urls` and warms it up with one
-    /// cycle (connections open, scripts cached), unless `warm` is false.
-    pub async fn connect(kind: Kind, urls: &[String], warm: bool) -> Contender {
+    /// cycle (connections open, scripts cached); quorumlock's clients with
+    /// the default settings.
+    pub async fn connect(kind: Kind, urls: &[String]) -> Contender {
+        Contender::connect_with(kind, urls, quorumlock::DEFAULT_NODE_TIMEOUT).await
+    }
+
+    /// As [`Contender::connect`], quorumlock's clients with `node_timeout`
+    /// (the others have no such setting).
+    pub async fn connect_with(kind: Kind, urls: &[String], node_timeout: Duration) -> Contender {
         let contender = match kind {
             Kind::Raw | Kind::RawAll | Kind::RawSeq => Contender::Raw(Raw::connect(kind, urls).await),
             // `urls` is one etcd:// or zk:// URL for a consensus store: the
@@ -107,6 +114,7 @@ impl Contender {
             Kind::Ours | Kind::Fenced | Kind::Etcd | Kind::ZooKeeper => {
                 let redlock = quorumlock::Redlock::builder()
                     .nodes(urls.iter().cloned())
+                    .node_timeout(node_timeout)
                     .build()
                     .expect("quorumlock config");
                 let options = redlock.options().fenced(kind == Kind::Fenced);
@@ -115,18 +123,16 @@ impl Contender {
             Kind::Rslock => Contender::Rslock(rslock::LockManager::new(urls.to_vec())),
             Kind::Redlock => Contender::Redlock(redlock::RedLock::new(urls.to_vec())),
         };
-        if warm {
-            let key = format!("warmup:{}", rand::random::<u64>());
-            match &contender {
-                Contender::Redlock(rl) => {
-                    let rl = rl.clone();
-                    tokio::task::spawn_blocking(move || blocking_cycle(&rl, &key))
-                        .await
-                        .expect("warm-up thread")
-                        .expect("warm-up cycle");
-                }
-                _ => contender.cycle(&key).await.expect("warm-up cycle"),
+        let key = format!("warmup:{}", rand::random::<u64>());
+        match &contender {
+            Contender::Redlock(rl) => {
+                let rl = rl.clone();
+                tokio::task::spawn_blocking(move || blocking_cycle(&rl, &key))
+                    .await
+                    .expect("warm-up thread")
+                    .expect("warm-up cycle");
             }
+            _ => contender.cycle(&key).await.expect("warm-up cycle"),
         }
         contender
     }

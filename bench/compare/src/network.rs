@@ -83,7 +83,7 @@ async fn latency_rounds(urls: &[String], rounds: usize, budget: Budget) -> Vec<S
     let mut contenders = Vec::new();
     for n in [1, 5] {
         for kind in KINDS_C {
-            contenders.push((n, kind, Contender::connect(kind, &urls[..n], true).await));
+            contenders.push((n, kind, Contender::connect(kind, &urls[..n]).await));
         }
     }
     let entries: Vec<Entry<'_>> = contenders
@@ -132,8 +132,8 @@ async fn hole_rounds(
     let mut healthy_clients = Vec::new();
     let mut holed_clients = Vec::new();
     for kind in KINDS_D {
-        healthy_clients.push(Contender::connect(kind, urls, true).await);
-        holed_clients.push(Contender::connect(kind, &holed_urls, true).await);
+        healthy_clients.push(Contender::connect(kind, urls).await);
+        holed_clients.push(Contender::connect(kind, &holed_urls).await);
     }
     hole.black_hole();
     let holed_budget = |kind| {

@@ -222,15 +222,16 @@ fn setup(
 }
 
 /// Every configuration with every task count, `rounds` times, each round
-/// running them all in an order that starts one later each time.
-pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Config> {
+/// running them all in an order that starts one later each time; the
+/// clients with `node_timeout`.
+pub async fn run(nodes: &Nodes, rounds: usize, window: Window, node_timeout: Duration) -> Vec<Config> {
     let clusters = start_clusters();
     eprintln!("  (g) clusters formed");
     let mut entries = Vec::new();
     for members in Members::all() {
         for tasks in TASKS {
             let (urls, primaries) = setup(members, nodes, &clusters);
-            let contender = Arc::new(Contender::connect(Kind::Ours, &urls, true).await);
+            let contender = Arc::new(Contender::connect_with(Kind::Ours, &urls, node_timeout).await);
             entries.push((contender, primaries, Config::new(members, tasks)));
         }
     }

@@ -29,7 +29,7 @@ pub async fn run(nodes: &Nodes, rounds: usize, budget: Budget, stores: &[Store])
         let urls = nodes.direct(n);
         let mut contenders = Vec::new();
         for kind in KINDS {
-            contenders.push(Contender::connect(kind, &urls, true).await);
+            contenders.push(Contender::connect(kind, &urls).await);
         }
         let mut beside = Vec::new();
         for store in stores.iter().filter(|_| n == consensus::BESIDE) {

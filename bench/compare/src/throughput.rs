@@ -69,15 +69,22 @@ impl Rate {
 }
 
 /// Every contender at every N, and the contenders of the consensus
-/// `stores` in the rounds of N = [`consensus::BESIDE`].
-pub async fn run(nodes: &Nodes, rounds: usize, window: Window, stores: &[Store]) -> Vec<Rate> {
+/// `stores` in the rounds of N = [`consensus::BESIDE`]; quorumlock's Redis
+/// clients with `node_timeout`.
+pub async fn run(
+    nodes: &Nodes,
+    rounds: usize,
+    window: Window,
+    node_timeout: Duration,
+    stores: &[Store],
+) -> Vec<Rate> {
     let mut rates = Vec::new();
     for n in NS {
         let urls = nodes.direct(n);
         let mut entries = Vec::new();
         for (tasks, kinds) in [(64, &KINDS_64[..]), (256, &KINDS_256[..])] {
             for &kind in kinds {
-                let contender = Arc::new(Contender::connect(kind, &urls, true).await);
+                let contender = Arc::new(Contender::connect_with(kind, &urls, node_timeout).await);
                 entries.push((kind, tasks, contender));
             }
         }
