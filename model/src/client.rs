@@ -2,7 +2,7 @@
 //! fence, renew, release, notice a loss. Each function is one step of the
 //! library's code, named where it lives.
 
-use crate::config::{Config, FENCE_ROUNDS, Fencing, ROGUE, RogueClock, TIMEOUT, TTL};
+use crate::config::{Config, FENCE_ROUNDS, Fencing, ROGUE, RogueClock, TIMEOUT, TTL, fence_guess};
 use crate::state::{Nodes, Phase, Renewed, Reply, Request, Round, Sent, State, Write, bit, count};
 
 /// Every node of the configuration.
@@ -72,9 +72,14 @@ impl State {
             granted: 0,
             refused: 0,
             floor: 0,
-            issued_before: self.ghost.highest_issued,
+            accepted: 0,
         };
-        self.send(config, client, 0..config.nodes, Request::Acquire { token });
+        let guess = if config.fencing == Fencing::Majority {
+            fence_guess(self.now)
+        } else {
+            0
+        };
+        self.send(config, client, 0..config.nodes, Request::Acquire { token, guess });
     }
 
     /// A failed attempt: the release goes to every node in `to`, queued
@@ -145,29 +150,33 @@ impl State {
         };
     }
 
-    /// Records a fencing token handed to a holder, for the fencing property.
-    fn issue(&mut self, value: u8, issued_before: u8) {
+    /// Records a fencing token handed to a holder, for the fencing property:
+    /// it must be above every token handed out before it, so that tokens
+    /// grow in the order the holders took the lock.
+    fn issue(&mut self, value: u8) {
         assert!(
             value < 128,
             "fencing token {value} is past the ghost's 128-bit set: lower the horizon"
         );
         let bit = 1u128 << value;
         self.ghost.duplicate |= self.ghost.issued & bit != 0;
-        self.ghost.not_above_earlier |= value <= issued_before;
+        self.ghost.not_above_earlier |= value <= self.ghost.highest_issued;
         self.ghost.issued |= bit;
         self.ghost.highest_issued = self.ghost.highest_issued.max(value);
     }
 
     /// Phase 1 decided with a majority of grants: plain, the lock is held;
-    /// fenced, `fence::propose` sends `floor + 1` to every node; the naive
-    /// scheme takes the largest `INCR` reply as the token.
+    /// fenced, the token proposed with the acquire when a majority of the
+    /// granting nodes took it, else `fence::propose` sends `floor + 1` to
+    /// every node; the naive scheme takes the largest `INCR` reply as the
+    /// token.
     fn granted(&mut self, config: &Config, client: usize) {
         let Phase::Acquiring {
             token,
             start,
             granted,
             floor,
-            issued_before,
+            accepted,
             ..
         } = self.clients[client].phase
         else {
@@ -177,25 +186,22 @@ impl State {
         match config.fencing {
             Fencing::Off => self.hold(config, client, token, (start, life), 0),
             Fencing::NaiveIncr => {
-                self.issue(floor, issued_before);
+                self.issue(floor);
                 self.hold(config, client, token, (start, life), floor);
             }
-            Fencing::Majority => self.propose(config, client, token, start, floor + 1, 1, issued_before),
+            Fencing::Majority if count(accepted) >= config.quorum() => {
+                let guess = fence_guess(start);
+                if self.now < start + life - config.drift {
+                    self.issue(guess);
+                }
+                self.hold(config, client, token, (start, life), guess);
+            }
+            Fencing::Majority => self.propose(config, client, token, start, floor + 1, 1),
         }
     }
 
     /// One round of `fence::propose`.
-    #[allow(clippy::too_many_arguments)]
-    fn propose(
-        &mut self,
-        config: &Config,
-        client: usize,
-        token: u8,
-        start: u8,
-        value: u8,
-        round: u8,
-        issued_before: u8,
-    ) {
+    fn propose(&mut self, config: &Config, client: usize, token: u8, start: u8, value: u8, round: u8) {
         self.clients[client].phase = Phase::Fencing {
             token,
             start,
@@ -205,7 +211,6 @@ impl State {
             accepted: 0,
             rejected: 0,
             highest: 0,
-            issued_before,
         };
         self.send(config, client, 0..config.nodes, Request::Propose { token, value });
     }
@@ -218,7 +223,8 @@ impl State {
                 token,
                 granted,
                 fence,
-            } => self.on_acquire(config, client, node, token, granted, fence),
+                accepted,
+            } => self.on_acquire(config, client, node, token, (granted, accepted), fence),
             Reply::Propose {
                 token,
                 value,
@@ -239,7 +245,7 @@ impl State {
         client: usize,
         node: usize,
         reply_token: u8,
-        g: bool,
+        (g, a): (bool, bool),
         fence: u8,
     ) {
         let Phase::Acquiring {
@@ -247,6 +253,7 @@ impl State {
             granted,
             refused,
             floor,
+            accepted,
             ..
         } = &mut self.clients[client].phase
         else {
@@ -257,6 +264,9 @@ impl State {
         }
         if g {
             *granted |= 1 << node;
+            if a {
+                *accepted |= 1 << node;
+            }
         } else {
             *refused |= 1 << node;
         }
@@ -287,7 +297,6 @@ impl State {
             accepted,
             rejected,
             highest,
-            issued_before,
             ..
         } = &mut self.clients[client].phase
         else {
@@ -302,27 +311,19 @@ impl State {
             *rejected |= 1 << node;
         }
         *highest = (*highest).max(h);
-        let (token, start, value, round, accepted, rejected, highest, issued_before) = (
-            *token,
-            *start,
-            *value,
-            *round,
-            *accepted,
-            *rejected,
-            *highest,
-            *issued_before,
-        );
+        let (token, start, value, round, accepted, rejected, highest) =
+            (*token, *start, *value, *round, *accepted, *rejected, *highest);
         let valid_until = start + TTL - config.drift;
         if count(accepted) >= config.quorum() {
             if self.now < valid_until {
-                self.issue(value, issued_before);
+                self.issue(value);
             }
             // Fenced configurations keep every clock within the allowance.
             self.hold(config, client, token, (start, TTL), value);
         } else if count(rejected) > config.nodes - config.quorum() {
             if round < FENCE_ROUNDS && self.now < valid_until {
                 let next = value.max(highest) + 1;
-                self.propose(config, client, token, start, next, round + 1, issued_before);
+                self.propose(config, client, token, start, next, round + 1);
             } else {
                 self.fail(config, client, token, all(config));
             }

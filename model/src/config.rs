@@ -43,6 +43,20 @@ pub const TIMEOUT: u8 = 1;
 /// proposals that fit in a microsecond.
 pub const FENCE_SCALE: u8 = 8;
 
+/// How far ahead of its clock a node accepts the token a fenced acquire
+/// proposes with its grant (`FENCE_AHEAD` in `quorumlock/src/config.rs`):
+/// tokens stay within this of the node clocks, which the time floor after
+/// a restart relies on.
+pub const FENCE_AHEAD: u8 = FENCE_SCALE;
+
+/// The token a fenced attempt started at `start` proposes with its acquire:
+/// the client's reading of the node clocks a tick ahead, so that the nodes
+/// it reaches in the same tick accept it and those it reaches a tick late
+/// refuse it (the library's `FENCE_LEAD` covers a one-way trip).
+pub fn fence_guess(start: u8) -> u8 {
+    (start + 1) * FENCE_SCALE
+}
+
 /// Proposal rounds of one fenced acquisition before it gives up
 /// (`FENCE_ROUNDS` in `quorumlock/src/config.rs` is larger; two already
 /// show a retry above the highest reply).
@@ -85,9 +99,13 @@ pub enum Fencing {
     /// Plain lock: no token.
     Off,
     /// The library's protocol (`quorumlock/src/backend/redlock/fence.rs`): phase 1
-    /// reads each node's fence floor, phase 2 proposes `max + 1` to all
-    /// nodes and needs a majority of acceptances.
+    /// proposes a token ([`fence_guess`]) that each granting node accepts
+    /// if it is above its fence floor and within [`FENCE_AHEAD`] of its
+    /// clock, and reads the floor; without a majority of acceptances,
+    /// phase 2 proposes `max + 1` to all nodes, each accepting only while
+    /// it holds the proposer's key, and needs a majority of acceptances.
     Majority,
+
     /// One round: each granting node `INCR`s its fence and the token is the
     /// largest reply. Issues duplicate and smaller tokens: a negative control.
     NaiveIncr,

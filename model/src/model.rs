@@ -309,7 +309,7 @@ impl Model for Protocol {
 /// Property 1: no two clients both believe they hold the lock.
 pub const MUTUAL_EXCLUSION: &str = "mutual exclusion";
 /// Property 2: fencing tokens are unique, and each is above every token
-/// issued before its attempt began.
+/// issued before it: they grow in the order the holders took the lock.
 pub const FENCING: &str = "fencing tokens only grow";
 /// Property 3: a key of an ended attempt is on a node only while its
 /// release is on the way there, or where that release was lost (the key then

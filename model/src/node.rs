@@ -1,7 +1,7 @@
 //! A node running one request: each arm is the script it stands for, run
 //! atomically as Redis runs a script.
 
-use crate::config::{Config, FENCE_SCALE, Fencing, Persistence, ROGUE, TTL};
+use crate::config::{Config, FENCE_AHEAD, FENCE_SCALE, Fencing, Persistence, ROGUE, TTL};
 use crate::state::{Key, Node, Renewed, Reply, Request};
 
 impl Node {
@@ -35,36 +35,50 @@ impl Node {
         self.fence.max(now * FENCE_SCALE)
     }
 
+    /// `SET key token NX PX ttl` / `FENCED_ACQUIRE`
+    /// (quorumlock/src/backend/redlock/wire/lock.rs,
+    /// quorumlock/src/backend/redlock/wire/fence.rs), which takes the
+    /// proposed token where it grants, if above the floor and not too far
+    /// ahead of the clock.
+    fn acquire(&mut self, config: &Config, now: u8, token: u8, guess: u8) -> Reply {
+        let granted = self.key.is_none();
+        let mut accepted = false;
+        let fence = match config.fencing {
+            Fencing::Off => 0,
+            Fencing::Majority => {
+                let floor = self.fence_floor(now);
+                accepted = granted && guess > floor && guess <= now * FENCE_SCALE + FENCE_AHEAD;
+                if accepted {
+                    self.fence = guess;
+                }
+                self.fence_floor(now)
+            }
+            // The broken scheme: `INCR` where granted, reply the count.
+            Fencing::NaiveIncr => {
+                if granted {
+                    self.fence += 1;
+                }
+                self.fence
+            }
+        };
+        if granted {
+            self.key = Some(Key {
+                token,
+                expires: self.expiry(config, now),
+            });
+        }
+        Reply::Acquire {
+            token,
+            granted,
+            fence,
+            accepted,
+        }
+    }
+
     /// Runs `request` at `now`; the reply, if the script has one.
     pub fn run(&mut self, config: &Config, now: u8, request: Request) -> Option<Reply> {
         match request {
-            // `SET key token NX PX ttl` / `FENCED_ACQUIRE`
-            // (quorumlock/src/backend/redlock/wire/lock.rs, quorumlock/src/backend/redlock/wire/fence.rs).
-            Request::Acquire { token } => {
-                let granted = self.key.is_none();
-                let fence = match config.fencing {
-                    Fencing::Off => 0,
-                    Fencing::Majority => self.fence_floor(now),
-                    // The broken scheme: `INCR` where granted, reply the count.
-                    Fencing::NaiveIncr => {
-                        if granted {
-                            self.fence += 1;
-                        }
-                        self.fence
-                    }
-                };
-                if granted {
-                    self.key = Some(Key {
-                        token,
-                        expires: self.expiry(config, now),
-                    });
-                }
-                Some(Reply::Acquire {
-                    token,
-                    granted,
-                    fence,
-                })
-            }
+            Request::Acquire { token, guess } => Some(self.acquire(config, now, token, guess)),
             // `RELEASE` (quorumlock/src/backend/redlock/wire/lock.rs): `DEL` only if `GET == token`.
             Request::Release { token } => {
                 if self
@@ -99,9 +113,9 @@ impl Node {
                 Some(Reply::Renew { token, round, status })
             }
             // `PROPOSE` (quorumlock/src/backend/redlock/wire/fence.rs): accept only above the
-            // stored fence.
+            // stored fence, and only while the key is the proposer's.
             Request::Propose { token, value } => {
-                let accepted = self.fence < value;
+                let accepted = self.key.is_some_and(|key| key.token == token) && self.fence < value;
                 if accepted {
                     self.fence = value;
                 }

@@ -52,8 +52,9 @@ pub struct Node {
 /// A request from a client to a node; each runs on the node as one script.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Request {
-    /// `SET NX PX` (plain), `FENCED_ACQUIRE` (fenced).
-    Acquire { token: u8 },
+    /// `SET NX PX` (plain), `FENCED_ACQUIRE` proposing `guess` (fenced; 0
+    /// otherwise).
+    Acquire { token: u8, guess: u8 },
     /// `RELEASE`: delete the key if it holds the token.
     Release { token: u8 },
     /// `RENEW` of one lock, for the round that started at `round`.
@@ -87,8 +88,14 @@ pub enum Renewed {
 /// A node's reply to a request (releases need none: nothing waits on them).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reply {
-    /// Whether the key was set, and the node's fence for the resource.
-    Acquire { token: u8, granted: bool, fence: u8 },
+    /// Whether the key was set, the node's fence for the resource, and
+    /// whether the node took the token proposed with it.
+    Acquire {
+        token: u8,
+        granted: bool,
+        fence: u8,
+        accepted: bool,
+    },
     /// One lock's renewal status.
     Renew { token: u8, round: u8, status: Renewed },
     /// Whether the proposal was taken, and the node's fence after it.
@@ -113,8 +120,8 @@ pub enum Phase {
         refused: Nodes,
         /// Highest fence a granting node reported (fenced modes).
         floor: u8,
-        /// Highest token issued to anybody when this attempt began (ghost).
-        issued_before: u8,
+        /// Granting nodes that accepted the token proposed with the acquire.
+        accepted: Nodes,
     },
     /// Phase 2 of a fenced acquisition: `value` proposed since `round_start`.
     Fencing {
@@ -126,7 +133,6 @@ pub enum Phase {
         accepted: Nodes,
         rejected: Nodes,
         highest: u8,
-        issued_before: u8,
     },
     /// The lock is ours until `valid_until` (exclusive).
     Holding {

@@ -62,7 +62,8 @@ pub fn steps(model: &Protocol, path: &Path<State, Action>, property: &str) -> Ve
 
 fn request(request: &Request) -> String {
     match *request {
-        Request::Acquire { token } => format!("acquire (token {token})"),
+        Request::Acquire { token, guess: 0 } => format!("acquire (token {token})"),
+        Request::Acquire { token, guess } => format!("acquire proposing fence {guess} (token {token})"),
         Request::Release { token } => format!("release (token {token})"),
         Request::Renew { token, round } => format!("renewal (token {token}, round of t={round})"),
         Request::Propose { token, value } => format!("fence proposal {value} (token {token})"),
@@ -75,10 +76,12 @@ fn reply(reply: &Reply) -> String {
             token,
             granted,
             fence,
+            accepted,
         } => {
             let verdict = if granted { "granted" } else { "refused" };
+            let took = if accepted { ", proposed fence taken" } else { "" };
             if fence > 0 {
-                format!("acquire {verdict} (token {token}, fence floor {fence})")
+                format!("acquire {verdict} (token {token}, fence floor {fence}{took})")
             } else {
                 format!("acquire {verdict} (token {token})")
             }

@@ -152,6 +152,34 @@ pub(crate) const FENCE_ROUNDS: u32 = 4;
 /// docs/how-it-works.md ("Fencing tokens", "Retention").
 pub(crate) const FENCE_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How far ahead of the nodes' clocks, as last seen, a fenced acquire
+/// proposes its token.
+///
+/// A node takes the token proposed with its grant only if it is above its
+/// fence floor, which its clock (`TIME` in µs) bounds from below: the
+/// proposal must reach the node before the node's clock passes it. The
+/// estimate of the clocks already runs ahead of them by the round trip it
+/// was read in; this covers the one-way trip of the next request and the
+/// jitter of a LAN. A node reached later than that refuses the proposal,
+/// which costs the acquisition one more round trip (the proposal phase),
+/// never safety.
+pub(crate) const FENCE_LEAD: Duration = Duration::from_millis(1);
+
+/// How far ahead of its clock a node takes a proposed token at most.
+///
+/// A node restarted without persistence forgets its fences and offers its
+/// clock instead, which is above every old token only if tokens never ran
+/// ahead of the clocks by more than the node was down (at least the longest
+/// ttl in use, the rule for restarts without persistence, and a ttl is
+/// longer than the node timeout). Ten milliseconds leave room for
+/// [`FENCE_LEAD`], a round trip and the nodes' clocks differing by a few
+/// milliseconds; a proposal further ahead (a client whose clock jumped) is
+/// refused and the acquisition falls back to the proposal phase.
+pub(crate) const FENCE_AHEAD: Duration = Duration::from_millis(10);
+
+// A proposal made with the lead must be one the nodes take.
+const _: () = assert!(FENCE_LEAD.as_micros() < FENCE_AHEAD.as_micros());
+
 /// Default time a stored result (or cached failure) is kept: 24 hours.
 ///
 /// Clients retry a request for minutes to hours (mobile apps resending after

@@ -1,8 +1,7 @@
 //! One acquisition attempt: take the keys on every node, then finish (fence,
 //! validity, guard) or undo.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -12,6 +11,7 @@ use super::kind::Kind;
 use super::masters::Masters;
 use super::release::{Deadlines, release_all};
 use crate::backend::redlock::quorum::{Tally, Until};
+use crate::backend::redlock::wire::fence::{FenceAsk, FenceRead};
 use crate::backend::redlock::wire::keys;
 use crate::backend::redlock::wire::lock::{Acquire, Release};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
@@ -148,8 +148,17 @@ struct Round {
     tally: Tally,
     /// When the nodes' answers stopped counting.
     deadline: Instant,
-    /// Fenced: the fence keys, and the highest fence a node reported.
-    fence: Option<(Arc<[String]>, u64)>,
+    /// Fenced: what the nodes' fences said.
+    fence: Option<FenceRound>,
+}
+
+/// What the fences of a fenced attempt's nodes said.
+struct FenceRound {
+    ask: FenceAsk,
+    /// The highest fence a node reported.
+    floor: u64,
+    /// Counted grants whose node took the proposed token.
+    took_proposal: usize,
 }
 
 impl Attempt<'_> {
@@ -168,13 +177,16 @@ impl Attempt<'_> {
     /// outcome is certain or the per-node timeout passed.
     async fn acquire_everywhere(&self) -> Round {
         let quorum = &self.masters.quorum;
+        let sent_us = fence::unix_us();
         let request = Arc::new(Acquire {
             keys: Arc::clone(self.resources.keys()),
             token: Arc::clone(&self.token),
             ttl_ms: crate::backend::redlock::wire::millis(self.ttl),
-            mode: self.kind.mode(self.resources),
+            mode: self
+                .kind
+                .mode(self.resources, || self.masters.proposer.proposal(sent_us)),
         });
-        let fence_floor = self.kind.is_fenced().then(|| Arc::new(AtomicU64::new(0)));
+        let fenced = request.mode.fence().map(|_| Arc::new(FenceReplies::default()));
         let deadline = quorum.deadline();
         let valid_until = self.valid_until();
         // A waiter's requests are driven past the attempt's deadline, until
@@ -185,13 +197,15 @@ impl Attempt<'_> {
         let tally = quorum
             .fan_out(deadline, finish_by, Until::Decided, |i| {
                 let (nodes, request) = (Arc::clone(&quorum.nodes), Arc::clone(&request));
-                let (fence_floor, line) = (fence_floor.clone(), line.cloned());
+                let (fenced, line) = (fenced.clone(), line.cloned());
                 let too_fast = quorum.too_fast(i, self.ttl);
                 async move {
                     let reply = nodes[i].acquire(&request).await;
                     if let Ok(Ok(acquired)) = &reply {
-                        if let Some(floor) = &fence_floor {
-                            floor.fetch_max(acquired.fence.unwrap_or(0), Ordering::Relaxed);
+                        if let (Some(replies), Some(read)) = (&fenced, acquired.fence) {
+                            // A grant that does not count (below) does not
+                            // count for the proposal either.
+                            replies.add(read, too_fast.is_none());
                         }
                         if let Some(report) = line
                             .filter(|_| !acquired.granted)
@@ -212,11 +226,21 @@ impl Attempt<'_> {
                 }
             })
             .await;
-        let fence_keys = request.mode.fence_keys().cloned();
+        let fence = request.mode.fence().cloned().zip(fenced).map(|(ask, replies)| {
+            let replies = replies.taken();
+            self.masters
+                .proposer
+                .learn(sent_us, replies.node_us.iter().copied());
+            FenceRound {
+                ask,
+                floor: replies.floor,
+                took_proposal: replies.took_proposal,
+            }
+        });
         Round {
             tally,
             deadline,
-            fence: fence_keys.zip(fence_floor.map(|floor| floor.load(Ordering::Relaxed))),
+            fence,
         }
     }
 
@@ -227,8 +251,14 @@ impl Attempt<'_> {
         let quorum = &self.masters.quorum;
         let lease = quorum.lease(self.start, self.ttl, &round.tally);
         let fence = match &round.fence {
-            Some((fence_keys, floor)) => {
-                Some(fence::propose(quorum, fence_keys, *floor, lease.valid_until()).await?)
+            Some(fenced) if fenced.took_proposal >= round.tally.quorum() => Some(fenced.ask.proposal),
+            Some(fenced) => {
+                let owner = fence::Owner {
+                    keys: self.resources.keys(),
+                    token: &self.token,
+                    fence_keys: &fenced.ask.keys,
+                };
+                Some(fence::propose(quorum, owner, fenced.floor, lease.valid_until()).await?)
             }
             None => None,
         };
@@ -245,6 +275,34 @@ impl Attempt<'_> {
             confirmed: round.tally.ok,
         };
         Ok(Held::new(acquired, self.options))
+    }
+}
+
+/// What the fences of a fenced attempt's nodes said, gathered as replies
+/// come in.
+#[derive(Default)]
+struct FenceReplies(Mutex<FencesSaid>);
+
+/// See [`FenceReplies`].
+#[derive(Default)]
+struct FencesSaid {
+    floor: u64,
+    took_proposal: usize,
+    /// Each replying node's clock.
+    node_us: Vec<u64>,
+}
+
+impl FenceReplies {
+    /// A node's reply; its taking the proposal counts only with `counted`.
+    fn add(&self, read: FenceRead, counted: bool) {
+        let mut said = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        said.floor = said.floor.max(read.floor);
+        said.took_proposal += usize::from(read.took_proposal && counted);
+        said.node_us.push(read.node_us);
+    }
+
+    fn taken(&self) -> FencesSaid {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 

@@ -5,30 +5,42 @@
 //! needs a number that grows with each holder, so that it can refuse a stale
 //! holder's writes. A single-node `INCR` is not that number under a quorum:
 //! two holders of a violated lock can read it from different nodes. Here the
-//! token is agreed by a majority (a majority max-register):
+//! token is agreed by a majority (a majority max-register), and a node takes
+//! a value only from the owner of the resources' keys on it:
 //!
-//! 1. The fenced acquire script also returns each granting node's fence for
-//!    the resources: `max(stored fence, node TIME in µs)`.
-//! 2. After a majority granted, `T = max(values) + 1` is proposed to every
-//!    node; a node accepts only if all its fences are below `T`, and raises
-//!    them to `T`.
+//! 1. The fenced acquire proposes a token `G` with its grant: the nodes'
+//!    clocks as last seen, [`FENCE_LEAD`] ahead ([`Proposer`]). A node that
+//!    grants takes `G` as the resources' fence if `G` is above its fence
+//!    floor, `max(stored fence, node TIME in µs)`, and at most
+//!    [`FENCE_AHEAD`](crate::config::FENCE_AHEAD) past its clock; every node
+//!    replies its floor. `G` is the token when a majority of the grants
+//!    counted took it: one round trip, as for a plain lock.
+//! 2. Otherwise, after a majority granted, `T = max(floors) + 1` is proposed
+//!    to every node; a node accepts only while it holds our keys and all its
+//!    fences are below `T`, and raises them to `T`.
 //! 3. `T` is the token once a majority accepted it within the lock's
 //!    validity; a majority of rejections retries with `max(replies) + 1`, at
 //!    most [`FENCE_ROUNDS`] times.
 //!
-//! Unique always: a node accepts a value at most once, so two proposals of
-//! one `T` cannot both win a majority. Strictly increasing across
-//! non-overlapping holders: holder B wins the lock only after holder A's
-//! keys are gone from a node of both quorums, which is after A's step 3, so
-//! B's majority of acceptances shares a node with A's that holds `>= T_A`
-//! and accepted `T_B` only because `T_B > T_A`. A node restarted without
-//! persistence forgets its fences; the time floor of step 1 keeps new values
-//! above old tokens (which are node times plus small increments), as long as
-//! node clocks do not step backwards. The full argument is in
-//! docs/how-it-works.md, "Fencing tokens".
+//! Unique always: a node takes a value at most once (only above its
+//! fence), so one value never wins two majorities. Strictly increasing
+//! across holders: a node raises a fence only while the proposer's keys are
+//! on it, and on one node the keys of successive holders follow each other
+//! (`NX`): holder A's keys are gone from a node before holder B's are set
+//! there, since B's are set in B's acquisition and A's leave only with A's
+//! release or expiry, after A's hold. B's majority of takers shares a node
+//! with A's, which had raised its fence to `T_A` before B's keys came, so it
+//! took `T_B` only because `T_B > T_A`. A node restarted without
+//! persistence forgets its fences; the time floor keeps new values above
+//! old tokens (which are node times plus small increments, and never more
+//! than [`FENCE_AHEAD`](crate::config::FENCE_AHEAD) ahead of the clock that
+//! took them), as long as node clocks do not step backwards. The full
+//! argument is in docs/how-it-works.md, "Fencing tokens"; the model in
+//! `model/` checks it with every interleaving of small runs.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::ToRedisArgs;
 use redis::aio::ConnectionLike;
@@ -37,15 +49,71 @@ use tokio::time::Instant;
 use crate::backend::redlock::quorum::{Quorum, Until};
 use crate::backend::redlock::wire::fence::{self as wire_fence, FencedReply, Propose};
 use crate::backend::redlock::wire::keys;
-use crate::config::{FENCE_RETENTION, FENCE_ROUNDS};
+use crate::config::{FENCE_LEAD, FENCE_RETENTION, FENCE_ROUNDS};
 use crate::error::{Error, NodeErrorKind, Result, Setting};
 
-/// Phase 2: agrees on a token above `floor` for the resources whose fence
-/// keys are `fence_keys` on a majority, each round bounded by the per-node
-/// timeout and by `valid_until`.
+/// The token a client's fenced acquires propose with their grant (step 1
+/// of the module docs): the nodes' clocks as its last fenced acquire saw
+/// them, [`FENCE_LEAD`] ahead.
+///
+/// Kept as the difference between the fastest node clock and this
+/// machine's, each node's reading taken against our clock at the send
+/// (so the difference errs high, by up to the round trip): the proposal
+/// follows the nodes' time even where ours is off. Before any reply (and
+/// after a restart of the client) the difference is taken as zero; a
+/// proposal the nodes refuse costs that acquisition the proposal phase,
+/// and its replies correct the difference.
+#[derive(Debug, Default)]
+pub(crate) struct Proposer {
+    /// Fastest node clock minus ours, µs, as of the last fenced acquire.
+    offset_us: AtomicI64,
+}
+
+impl Proposer {
+    /// The token to propose with an acquire sent at `sent_us` (our clock,
+    /// unix µs).
+    pub(crate) fn proposal(&self, sent_us: u64) -> u64 {
+        let lead = i64::try_from(FENCE_LEAD.as_micros()).unwrap_or(i64::MAX);
+        let at = i64::try_from(sent_us).unwrap_or(i64::MAX);
+        u64::try_from(
+            at.saturating_add(self.offset_us.load(Ordering::Relaxed))
+                .saturating_add(lead),
+        )
+        .unwrap_or(0)
+    }
+
+    /// Takes the nodes' clocks (unix µs) that a fenced acquire sent at
+    /// `sent_us` read.
+    pub(crate) fn learn(&self, sent_us: u64, node_us: impl Iterator<Item = u64>) {
+        let offset = node_us
+            .map(|node| i64::try_from(node).unwrap_or(i64::MAX) - i64::try_from(sent_us).unwrap_or(0))
+            .max();
+        if let Some(offset) = offset {
+            self.offset_us.store(offset, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Our clock in unix µs, which [`Proposer`] compares the nodes' with.
+pub(crate) fn unix_us() -> u64 {
+    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// What phase 2 proposes for: the lock's keys, its token (the owner the
+/// nodes check) and the resources' fence keys.
+pub(crate) struct Owner<'a> {
+    pub(crate) keys: &'a Arc<[String]>,
+    pub(crate) token: &'a Arc<str>,
+    pub(crate) fence_keys: &'a Arc<[String]>,
+}
+
+/// Phase 2: agrees on a token above `floor` for the fences of `owner`'s
+/// resources on a majority, each round bounded by the per-node timeout and
+/// by `valid_until`.
 pub(crate) async fn propose(
     quorum: &Quorum,
-    fence_keys: &Arc<[String]>,
+    owner: Owner<'_>,
     floor: u64,
     valid_until: Instant,
 ) -> Result<u64> {
@@ -55,7 +123,9 @@ pub(crate) async fn propose(
         let deadline = quorum.deadline().min(valid_until);
         let highest = Arc::new(AtomicU64::new(0));
         let request = Arc::new(Propose {
-            fence_keys: Arc::clone(fence_keys),
+            keys: Arc::clone(owner.keys),
+            owner: Arc::clone(owner.token),
+            fence_keys: Arc::clone(owner.fence_keys),
             token: proposal,
             retention: FENCE_RETENTION,
         });
@@ -79,7 +149,7 @@ pub(crate) async fn propose(
             return Ok(proposal);
         }
         if !round.refused_by_majority() || rounds == FENCE_ROUNDS || Instant::now() >= valid_until {
-            tracing::debug!(?fence_keys, rounds, ?round, "fence proposal failed");
+            tracing::debug!(fence_keys = ?owner.fence_keys, rounds, ?round, "fence proposal failed");
             return Err(round.unreachable());
         }
         rounds += 1;
@@ -230,31 +300,43 @@ mod tests {
     use quorumlock_testkit::server;
 
     /// Many proposers racing on one resource's fences (what happens when a
-    /// lock is violated): however the rounds interleave, no two of them may
-    /// come out with the same token.
+    /// lock is violated: each makes the keys its own everywhere, as owners
+    /// that all believe they hold would, and the others' proposals then
+    /// meet keys of another owner): however the rounds interleave, no two
+    /// of them may come out with the same token.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_proposals_never_yield_the_same_token() {
-        let servers: Vec<server::RedisServer> = (0..5).map(|_| server::RedisServer::start()).collect();
+        let servers: Arc<[server::RedisServer]> = (0..5).map(|_| server::RedisServer::start()).collect();
         let redlock = Redlock::builder()
             .nodes(servers.iter().map(server::RedisServer::url))
             .node_timeout(Duration::from_millis(500))
             .build()
             .unwrap();
+        let keys: Arc<[String]> = Arc::from(["contended".to_owned()]);
         let fence_keys: Arc<[String]> = Arc::from([keys::fence("contended")]);
-        let proposers = (0..16).map(|_| {
-            let (redlock, fence_keys) = (redlock.clone(), Arc::clone(&fence_keys));
+        let proposers = (0..16).map(|p| {
+            let (redlock, servers) = (redlock.clone(), Arc::clone(&servers));
+            let (keys, fence_keys) = (Arc::clone(&keys), Arc::clone(&fence_keys));
             tokio::spawn(async move {
+                let token: Arc<str> = Arc::from(format!("owner-{p}"));
                 let mut won = Vec::new();
                 for _ in 0..25 {
-                    let valid_until = Instant::now() + Duration::from_secs(30);
-                    if let Ok(token) = propose(
-                        &redlock.backend.redlock("fencing").unwrap().quorum,
-                        &fence_keys,
-                        0,
-                        valid_until,
-                    )
+                    let (servers, owner) = (Arc::clone(&servers), Arc::clone(&token));
+                    tokio::task::spawn_blocking(move || {
+                        for server in servers.iter() {
+                            server.command(&["SET", "contended", &owner]).unwrap();
+                        }
+                    })
                     .await
-                    {
+                    .unwrap();
+                    let valid_until = Instant::now() + Duration::from_secs(30);
+                    let owner = Owner {
+                        keys: &keys,
+                        token: &token,
+                        fence_keys: &fence_keys,
+                    };
+                    let quorum = &redlock.backend.redlock("fencing").unwrap().quorum;
+                    if let Ok(token) = propose(quorum, owner, 0, valid_until).await {
                         won.push(token);
                     }
                 }
@@ -273,5 +355,20 @@ mod tests {
             "duplicate tokens among {} wins",
             tokens.len()
         );
+    }
+
+    /// The proposal follows the fastest node clock seen, ahead by the lead,
+    /// whatever our own clock says; before any reply it follows ours.
+    #[test]
+    fn proposals_follow_the_fastest_node_clock_seen() {
+        let proposer = Proposer::default();
+        let lead = u64::try_from(FENCE_LEAD.as_micros()).unwrap();
+        assert_eq!(proposer.proposal(1_000_000), 1_000_000 + lead);
+        proposer.learn(1_000_000, [1_000_300, 1_005_000, 999_000].into_iter());
+        assert_eq!(proposer.proposal(2_000_000), 2_005_000 + lead);
+        proposer.learn(3_000_000, [2_990_000].into_iter());
+        assert_eq!(proposer.proposal(4_000_000), 3_990_000 + lead);
+        proposer.learn(5_000_000, std::iter::empty());
+        assert_eq!(proposer.proposal(6_000_000), 5_990_000 + lead, "no reply: kept");
     }
 }

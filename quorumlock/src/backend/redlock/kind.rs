@@ -7,6 +7,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use tokio::time::Instant;
 
+use crate::backend::redlock::wire::fence::FenceAsk;
 use crate::backend::redlock::wire::keys;
 use crate::backend::redlock::wire::lock::AcquireMode;
 use crate::backend::redlock::wire::queue::QueueEntry;
@@ -41,10 +42,6 @@ impl Kind {
         }
     }
 
-    pub(crate) fn is_fenced(&self) -> bool {
-        matches!(self, Kind::Fenced | Kind::FencedQueued(_))
-    }
-
     /// The waiter's place in line this attempt reports to.
     pub(crate) fn line(&self) -> Option<&Arc<dyn Line>> {
         match self {
@@ -53,14 +50,18 @@ impl Kind {
         }
     }
 
-    /// What the acquire request does on each node for `resources`.
-    pub(crate) fn mode(&self, resources: &Resources) -> AcquireMode {
-        let fence_keys = || resources.names().iter().map(|r| keys::fence(r)).collect();
+    /// What the acquire request does on each node for `resources`; a
+    /// fenced one proposes the token `proposal` (see `fence::Proposer`).
+    pub(crate) fn mode(&self, resources: &Resources, proposal: impl FnOnce() -> u64) -> AcquireMode {
+        let fence = || FenceAsk {
+            keys: resources.names().iter().map(|r| keys::fence(r)).collect(),
+            proposal: proposal(),
+        };
         match self {
             Kind::Plain => AcquireMode::Plain,
-            Kind::Fenced => AcquireMode::Fenced(fence_keys()),
+            Kind::Fenced => AcquireMode::Fenced(fence()),
             Kind::Queued(line) => AcquireMode::Queued(Arc::clone(line.entry())),
-            Kind::FencedQueued(line) => AcquireMode::FencedQueued(fence_keys(), Arc::clone(line.entry())),
+            Kind::FencedQueued(line) => AcquireMode::FencedQueued(fence(), Arc::clone(line.entry())),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::fence::Proposer;
 use super::renew::RedlockRound;
 use super::waiter::queue::Handoff;
 use crate::backend::redlock::quorum::Quorum;
@@ -26,6 +27,8 @@ pub(crate) struct Masters {
     pub(crate) handoff: Handoff,
     /// Every lock a guard of this client holds, for shutdown.
     pub(crate) holders: Holders,
+    /// The token fenced acquires propose with their grant.
+    pub(crate) proposer: Proposer,
 }
 
 impl Masters {
@@ -38,6 +41,7 @@ impl Masters {
             quorum,
             handoff: Handoff::default(),
             holders: Holders::default(),
+            proposer: Proposer::default(),
         }
     }
 

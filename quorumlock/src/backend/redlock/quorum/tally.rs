@@ -70,8 +70,16 @@ impl Tally {
     /// The nodes that confirmed, by index; `None` when one of them is beyond
     /// what the tally records (a quorum of more than 128 nodes).
     pub(crate) fn confirmed_by(&self) -> Option<impl Iterator<Item = usize> + '_> {
-        (self.ok == self.ok_by.count_ones() as usize)
-            .then(|| (0..128).filter(|i| self.ok_by & (1u128 << i) != 0))
+        // One step per confirming node (the lowest set bit, then cleared),
+        // not one per bit: every acquisition walks this.
+        (self.ok == self.ok_by.count_ones() as usize).then(|| {
+            let mut left = self.ok_by;
+            std::iter::from_fn(move || {
+                let node = (left != 0).then(|| left.trailing_zeros() as usize)?;
+                left &= left - 1;
+                Some(node)
+            })
+        })
     }
 
     /// Node `node` answered "no".
@@ -138,5 +146,23 @@ impl Tally {
             nodes: self.nodes,
             errors: self.errors,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_confirming_nodes_are_listed_in_order_and_only_while_all_are_recorded() {
+        let mut tally = Tally::new(130);
+        for node in [127, 0, 3] {
+            tally.confirm(node);
+        }
+        let listed: Vec<usize> = tally.confirmed_by().expect("all recorded").collect();
+        assert_eq!(listed, [0, 3, 127]);
+        tally.confirm(128);
+        assert!(tally.confirmed_by().is_none(), "node 128 is beyond the record");
+        assert_eq!(Tally::new(3).confirmed_by().expect("none").count(), 0);
     }
 }

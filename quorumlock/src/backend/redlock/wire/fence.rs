@@ -1,101 +1,189 @@
-//! Fencing on the wire: phase 1 (the fenced acquire, which reads the node's
-//! fence), phase 2 ([`Propose`]) and the fenced write to caller data.
+//! Fencing on the wire: the fenced acquire (which proposes a token with its
+//! grant and reads the node's fence), phase 2 ([`Propose`]) and the fenced
+//! write to caller data.
 
 use std::sync::Arc;
 
 use redis::{Cmd, RedisResult, ToRedisArgs, Value};
 
-use super::reply::{millis, pair};
+use super::reply::{integers, millis, pair, wrong_reply_count};
 use super::request::Request;
 use super::script::script;
+use crate::config::{FENCE_AHEAD, FENCE_RETENTION};
 
-/// The Lua function `fence_floor(first, last)`: the node's fence for the
-/// fence keys `KEYS[first..=last]`, the highest stored there, floored by
-/// the node's clock in microseconds (so that values keep growing after a
-/// restart that lost the stored fences). One `TIME` and one `GET` per key.
-macro_rules! fence_floor_lua {
+/// The Lua functions of a fenced acquire:
+///
+/// - `fence_floor(first, last)`: the node's fence for the fence keys
+///   `KEYS[first..=last]`, the highest stored there, floored by the node's
+///   clock in microseconds (so that values keep growing after a restart that
+///   lost the stored fences), and that clock. One `TIME` and one `GET` per
+///   key.
+/// - `take_proposal(first, last, fence, time, proposal, retention, ahead)`:
+///   raises those fence keys to `proposal` (kept `retention` ms) if it is
+///   above `fence` and at most `ahead` µs past the node's clock `time`;
+///   1 if it did. The bound keeps tokens near the node clocks, which the
+///   time floor relies on ([`FENCE_AHEAD`](crate::config::FENCE_AHEAD)).
+macro_rules! fence_lua {
     () => {
         r"
 local function fence_floor(first, last)
   local now = redis.call('TIME')
-  local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local time = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local fence = time
   for i = first, last do
     local stored = tonumber(redis.call('GET', KEYS[i]))
     if stored and stored > fence then fence = stored end
   end
-  return fence
+  return fence, time
+end
+local function take_proposal(first, last, fence, time, proposal, retention, ahead)
+  local proposed = tonumber(proposal)
+  if proposed > fence and proposed <= time + tonumber(ahead) then
+    for i = first, last do
+      redis.call('SET', KEYS[i], proposal, 'PX', retention)
+    end
+    return 1
+  end
+  return 0
 end
 "
     };
 }
-pub(crate) use fence_floor_lua;
+pub(crate) use fence_lua;
 
 script! {
-    /// Fenced acquire, phase 1: the acquire of [`ACQUIRE`](super::lock::ACQUIRE)
-    /// that also returns the node's fence value for the resources
-    /// (`fence_floor_lua!`).
+    /// Fenced acquire: the acquire of [`ACQUIRE`](super::lock::ACQUIRE) (a
+    /// single key with `SET NX PX`) that also proposes a token and reads the
+    /// node's fence for the resources (`fence_lua!`).
     ///
-    /// Atomic so that the fence value read belongs to the same instant as the
-    /// grant. KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
-    /// ms. Returns `{granted (1/0), fence}`. Bounded: three calls per resource,
-    /// at most [`MAX_LOCK_KEYS`](super::MAX_LOCK_KEYS) resources.
+    /// Where it grants, the node takes the proposed token as the resources'
+    /// fence if it is above their fence floor and not too far ahead of the
+    /// node's clock: a majority of such nodes makes it the lock's token in
+    /// this one round trip. Atomic so that the proposal is taken only
+    /// together with the grant: a node raises a fence only for the owner of
+    /// the resources' keys (the argument is in `backend::redlock::fence`).
+    /// KEYS: the n resources, then their n fence keys; ARGV: token, ttl in
+    /// ms, the proposed token (0 proposes nothing), the fence's retention in
+    /// ms, how far ahead of the node's clock it may be in µs. Returns
+    /// `{granted (1/0), fence, proposal taken (1/0), node clock in µs}`, the
+    /// fence being the proposal where it was taken. Bounded: three calls per
+    /// resource, at most [`MAX_LOCK_KEYS`](super::MAX_LOCK_KEYS) resources.
     FENCED_ACQUIRE = concat!(
-    fence_floor_lua!(),
+    fence_lua!(),
     r"
 local n = #KEYS / 2
-local fence = fence_floor(n + 1, 2 * n)
-for i = 1, n do
-  if redis.call('EXISTS', KEYS[i]) == 1 then return {0, fence} end
+local fence, time = fence_floor(n + 1, 2 * n)
+if n == 1 then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0, fence, 0, time} end
+else
+  for i = 1, n do
+    if redis.call('EXISTS', KEYS[i]) == 1 then return {0, fence, 0, time} end
+  end
+  for i = 1, n do
+    redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  end
 end
-for i = 1, n do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+if take_proposal(n + 1, 2 * n, fence, time, ARGV[3], ARGV[4], ARGV[5]) == 1 then
+  return {1, tonumber(ARGV[3]), 1, time}
 end
-return {1, fence}
+return {1, fence, 0, time}
 "
 );
 }
 
 script! {
-    /// Fenced acquire, phase 2: accepts the proposed token `T` only if every
-    /// fence of the resources is below it, then raises them all to `T`.
+    /// Fenced acquire, phase 2 (when the token proposed with the grant did
+    /// not win a majority): accepts the proposed token `T` only while every
+    /// lock key holds the proposer's lock token and every fence of the
+    /// resources is below `T`, then raises them all to `T`.
     ///
-    /// Atomic so that a node accepts each value at most once: two proposals of
-    /// the same `T` can never both win a majority. KEYS: fence keys; ARGV: `T`,
-    /// the fence's retention in ms. Returns `{1, T}` when accepted, `{0,
-    /// highest fence}` when not. Bounded: two calls per fence key, at most
+    /// Atomic so that a node accepts each value at most once (two proposals
+    /// of the same `T` can never both win a majority), and only from the
+    /// owner of the keys, as the acquire takes its proposal. KEYS: the n
+    /// resources, then their n fence keys; ARGV: `T`, the fence's retention
+    /// in ms, the lock token. Returns `{1, T}` when accepted, `{0, highest
+    /// fence}` when not. Bounded: three calls per resource, at most
     /// [`MAX_LOCK_KEYS`](super::MAX_LOCK_KEYS).
     PROPOSE = r"
+local n = #KEYS / 2
 local proposed = tonumber(ARGV[1])
 local highest = 0
-for _, key in ipairs(KEYS) do
-  local stored = tonumber(redis.call('GET', key)) or 0
+for i = n + 1, 2 * n do
+  local stored = tonumber(redis.call('GET', KEYS[i])) or 0
   if stored > highest then highest = stored end
 end
 if highest >= proposed then return {0, highest} end
-for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
+for i = 1, n do
+  if redis.call('GET', KEYS[i]) ~= ARGV[3] then return {0, highest} end
+end
+for i = n + 1, 2 * n do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
 end
 return {1, proposed}
 ";
 }
 
-/// [`FENCED_ACQUIRE`] of `keys` with their `fence_keys`.
-pub(crate) fn acquire(keys: &[String], fence_keys: &[String], token: &str, ttl_ms: u64) -> Cmd {
-    let mut cmd = FENCED_ACQUIRE.call(keys.len() * 2, (keys, fence_keys));
-    cmd.arg(token).arg(ttl_ms);
+/// The `ARGV` that propose a token with a fenced acquire: the token, the
+/// fence's retention in ms, how far ahead of the node's clock it may be.
+pub(crate) fn with_proposal(mut cmd: Cmd, proposal: u64) -> Cmd {
+    cmd.arg(proposal)
+        .arg(millis(FENCE_RETENTION))
+        .arg(u64::try_from(FENCE_AHEAD.as_micros()).unwrap_or(u64::MAX));
     cmd
 }
 
-/// The reply to [`acquire`]: granted, and the node's fence.
-pub(crate) fn acquired(reply: Value) -> RedisResult<(bool, u64)> {
-    let (granted, fence) = pair("the fenced acquire script", reply)?;
-    Ok((granted == 1, u64::try_from(fence).unwrap_or(0)))
+/// [`FENCED_ACQUIRE`] of `keys` with their fence keys, proposing
+/// `fence.proposal`.
+pub(crate) fn acquire(keys: &[String], fence: &FenceAsk, token: &str, ttl_ms: u64) -> Cmd {
+    let mut cmd = FENCED_ACQUIRE.call(keys.len() * 2, (keys, &*fence.keys));
+    cmd.arg(token).arg(ttl_ms);
+    with_proposal(cmd, fence.proposal)
 }
 
-/// Phase 2 on one node: proposes `token` for the fence keys, kept for
-/// `retention` after it is accepted.
+/// What a fenced acquire asks of the fences: their keys (one per resource)
+/// and the token it proposes (0: none).
+#[derive(Clone, Debug)]
+pub(crate) struct FenceAsk {
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) proposal: u64,
+}
+
+/// What a node's fences said to a fenced acquire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FenceRead {
+    /// The node's fence for the resources after the call (the proposal
+    /// where the node took it).
+    pub(crate) floor: u64,
+    /// The node granted and took the proposed token.
+    pub(crate) took_proposal: bool,
+    /// The node's clock (`TIME`) when it ran the call, unix µs.
+    pub(crate) node_us: u64,
+}
+
+/// The reply to [`acquire`] (and to the waiter's fenced acquire): granted,
+/// and what the fences said.
+pub(crate) fn acquired(reply: Value) -> RedisResult<(bool, FenceRead)> {
+    let what = "the fenced acquire script";
+    match integers(what, reply)?[..] {
+        [granted, floor, took, node_us] => Ok((
+            granted == 1,
+            FenceRead {
+                floor: u64::try_from(floor).unwrap_or(0),
+                took_proposal: granted == 1 && took == 1,
+                node_us: u64::try_from(node_us).unwrap_or(0),
+            },
+        )),
+        _ => Err(wrong_reply_count()),
+    }
+}
+
+/// Phase 2 on one node: the owner of the lock `keys` (lock token
+/// `owner`) proposes `token` for their fence keys, kept for `retention`
+/// after it is accepted.
 #[derive(Debug)]
 pub(crate) struct Propose {
+    pub(crate) keys: Arc<[String]>,
+    pub(crate) owner: Arc<str>,
     pub(crate) fence_keys: Arc<[String]>,
     pub(crate) token: u64,
     pub(crate) retention: std::time::Duration,
@@ -113,8 +201,8 @@ impl Request for Propose {
     type Reply = Proposed;
 
     fn command(&self) -> Cmd {
-        let mut cmd = PROPOSE.call(self.fence_keys.len(), &*self.fence_keys);
-        cmd.arg(self.token).arg(millis(self.retention));
+        let mut cmd = PROPOSE.call(self.keys.len() * 2, (&*self.keys, &*self.fence_keys));
+        cmd.arg(self.token).arg(millis(self.retention)).arg(&*self.owner);
         cmd
     }
 
@@ -127,7 +215,7 @@ impl Request for Propose {
     }
 
     fn route_key(&self) -> Option<&str> {
-        self.fence_keys.first().map(String::as_str)
+        self.keys.first().map(String::as_str)
     }
 }
 

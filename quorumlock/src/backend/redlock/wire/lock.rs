@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use redis::{Cmd, RedisResult, Value};
 
+use super::fence::{FenceAsk, FenceRead};
 use super::queue::{self, QueueEntry, announce_lua};
 use super::reply::{count, integer, set_nx_granted, unix_ms};
 use super::request::Request;
@@ -97,22 +98,22 @@ pub(crate) struct Acquire {
 pub(crate) enum AcquireMode {
     /// Nothing: `SET NX PX` (one key) or [`ACQUIRE`].
     Plain,
-    /// Also reads the node's fence for the resources (these fence keys):
-    /// phase 1 of a fenced acquisition ([`fence::FENCED_ACQUIRE`]).
-    Fenced(Arc<[String]>),
+    /// Also proposes a token and reads the node's fence for the resources:
+    /// a fenced acquisition ([`fence::FENCED_ACQUIRE`]).
+    Fenced(FenceAsk),
     /// A waiter's attempt on one resource: where it is held, the waiter
     /// queues in the same call ([`queue::ACQUIRE_OR_QUEUE`]).
     Queued(Arc<QueueEntry>),
     /// Both, for a fenced waiter's attempt on one resource
     /// ([`queue::FENCED_ACQUIRE_OR_QUEUE`]).
-    FencedQueued(Arc<[String]>, Arc<QueueEntry>),
+    FencedQueued(FenceAsk, Arc<QueueEntry>),
 }
 
 impl AcquireMode {
-    /// The fence keys a fenced acquire reads.
-    pub(crate) fn fence_keys(&self) -> Option<&Arc<[String]>> {
+    /// What a fenced acquire asks of the fences.
+    pub(crate) fn fence(&self) -> Option<&FenceAsk> {
         match self {
-            AcquireMode::Fenced(fence_keys) | AcquireMode::FencedQueued(fence_keys, _) => Some(fence_keys),
+            AcquireMode::Fenced(fence) | AcquireMode::FencedQueued(fence, _) => Some(fence),
             AcquireMode::Plain | AcquireMode::Queued(_) => None,
         }
     }
@@ -131,8 +132,8 @@ pub(crate) fn set_nx(key: &str, token: &str, ttl_ms: u64) -> Cmd {
 pub(crate) struct Acquired {
     /// The node set every key to our token.
     pub(crate) granted: bool,
-    /// The node's fence for the resources, when fenced.
-    pub(crate) fence: Option<u64>,
+    /// What the node's fences said, when fenced.
+    pub(crate) fence: Option<FenceRead>,
 }
 
 /// The command an [`Acquire`] goes as, chosen once for building it and
@@ -140,9 +141,9 @@ pub(crate) struct Acquired {
 enum Shape<'a> {
     SetNx,
     Script,
-    Fenced(&'a [String]),
+    Fenced(&'a FenceAsk),
     Queued(&'a QueueEntry),
-    FencedQueued(&'a str, &'a QueueEntry),
+    FencedQueued(&'a FenceAsk, &'a QueueEntry),
 }
 
 impl Acquire {
@@ -150,10 +151,8 @@ impl Acquire {
     /// with a request of its own and sends the plain or fenced acquire.
     fn shape(&self) -> Shape<'_> {
         match (&self.mode, &*self.keys) {
-            (AcquireMode::FencedQueued(fence_keys, entry), [_]) => Shape::FencedQueued(&fence_keys[0], entry),
-            (AcquireMode::Fenced(fence_keys) | AcquireMode::FencedQueued(fence_keys, _), _) => {
-                Shape::Fenced(fence_keys)
-            }
+            (AcquireMode::FencedQueued(fence, entry), [_]) => Shape::FencedQueued(fence, entry),
+            (AcquireMode::Fenced(fence) | AcquireMode::FencedQueued(fence, _), _) => Shape::Fenced(fence),
             (AcquireMode::Queued(entry), [_]) => Shape::Queued(entry),
             (_, [_]) => Shape::SetNx,
             _ => Shape::Script,
@@ -172,10 +171,10 @@ impl Request for Acquire {
                 cmd.arg(&*self.token).arg(self.ttl_ms);
                 cmd
             }
-            Shape::Fenced(fence_keys) => fence::acquire(&self.keys, fence_keys, &self.token, self.ttl_ms),
+            Shape::Fenced(ask) => fence::acquire(&self.keys, ask, &self.token, self.ttl_ms),
             Shape::Queued(entry) => queue::acquire_or_queue(&self.keys[0], &self.token, self.ttl_ms, entry),
-            Shape::FencedQueued(fence_key, entry) => {
-                queue::fenced_acquire_or_queue(&self.keys[0], fence_key, &self.token, self.ttl_ms, entry)
+            Shape::FencedQueued(ask, entry) => {
+                queue::fenced_acquire_or_queue(&self.keys[0], ask, &self.token, self.ttl_ms, entry)
             }
         }
     }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use redis::{Cmd, RedisResult, Value};
 
+use super::fence::FenceAsk;
 use super::keys;
 use super::reply::{count, integer};
 use super::request::Request;
@@ -179,27 +180,33 @@ return 0
 }
 
 script! {
-    /// A fenced waiter's attempt: [`ACQUIRE_OR_QUEUE`] that also returns the
-    /// node's fence for the resource, as phase 1 of a fenced acquisition does
-    /// ([`FENCED_ACQUIRE`](super::fence::FENCED_ACQUIRE)), so that fenced
-    /// waiters queue and leave in their attempts as plain ones do.
+    /// A fenced waiter's attempt: [`ACQUIRE_OR_QUEUE`] that also proposes a
+    /// token and reads the node's fence for the resource, as a fenced
+    /// acquire does ([`FENCED_ACQUIRE`](super::fence::FENCED_ACQUIRE)), so
+    /// that fenced waiters queue and leave in their attempts as plain ones
+    /// do.
     ///
-    /// KEYS: the key, its fence key, its queue key; ARGV: token, ttl in ms, the
-    /// waiter's place, member and queue ttl in ms. Returns `{granted (1/0),
-    /// fence}`. Bounded: three keys, at most six calls.
+    /// KEYS: the key, its fence key, its queue key; ARGV: token, ttl in ms,
+    /// the waiter's place, member and queue ttl in ms, then the proposal's
+    /// (token, retention in ms, µs ahead of the clock). Returns `{granted
+    /// (1/0), fence, proposal taken (1/0), node clock in µs}`. Bounded: three
+    /// keys, at most seven calls.
     FENCED_ACQUIRE_OR_QUEUE = concat!(
-    super::fence::fence_floor_lua!(),
+    super::fence::fence_lua!(),
     stretch_lua!(),
     r"
-local fence = fence_floor(2, 2)
+local fence, time = fence_floor(2, 2)
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   redis.pcall('ZREM', KEYS[3], ARGV[4])
-  return {1, fence}
+  if take_proposal(2, 2, fence, time, ARGV[6], ARGV[7], ARGV[8]) == 1 then
+    return {1, tonumber(ARGV[6]), 1, time}
+  end
+  return {1, fence, 0, time}
 end
 if redis.pcall('ZADD', KEYS[3], 'NX', ARGV[3], ARGV[4]) == 1 then
   stretch(KEYS[3], ARGV[5])
 end
-return {0, fence}
+return {0, fence, 0, time}
 "
 );
 }
@@ -297,17 +304,17 @@ pub(crate) fn acquire_or_queue(key: &str, token: &str, ttl_ms: u64, entry: &Queu
     with_waiter_args(cmd, token, ttl_ms, entry)
 }
 
-/// [`FENCED_ACQUIRE_OR_QUEUE`] of `key` with its `fence_key`, for the
-/// waiter of `entry`; its reply reads as [`super::fence::acquired`].
+/// [`FENCED_ACQUIRE_OR_QUEUE`] of `key` with the fence key of `fence`, for
+/// the waiter of `entry`; its reply reads as [`super::fence::acquired`].
 pub(crate) fn fenced_acquire_or_queue(
     key: &str,
-    fence_key: &str,
+    fence: &FenceAsk,
     token: &str,
     ttl_ms: u64,
     entry: &QueueEntry,
 ) -> Cmd {
-    let cmd = FENCED_ACQUIRE_OR_QUEUE.call(3, (key, fence_key, &entry.queues[0]));
-    with_waiter_args(cmd, token, ttl_ms, entry)
+    let cmd = FENCED_ACQUIRE_OR_QUEUE.call(3, (key, &fence.keys[0], &entry.queues[0]));
+    super::fence::with_proposal(with_waiter_args(cmd, token, ttl_ms, entry), fence.proposal)
 }
 
 /// The `ARGV` the waiter's acquire scripts share: token, ttl in ms, then
