@@ -133,7 +133,7 @@ pub const START_MARGIN: Duration = Duration::from_millis(10);
 ///
 /// A round is rejected by a majority only when another proposal for the same
 /// resource raced ours (the lock excludes that unless it was violated) or
-/// phase 1 saw a stale minority; each retry proposes above every fence it was
+/// the fenced acquire's replies came from a stale minority; each retry proposes above every fence it was
 /// told about, so one retry normally suffices. Four bound the extra round
 /// trips when something is badly wrong.
 pub(crate) const FENCE_ROUNDS: u32 = 4;

@@ -153,8 +153,9 @@ impl LockOptions {
     /// Whether acquisitions also agree on a fencing token
     /// ([`crate::Guard::fence_token`]): a number that grows with every new
     /// holder of the resource, for the resource to refuse a stale holder's
-    /// writes (see [`crate::FencedWrite`]). Costs one more round trip per
-    /// acquisition. Off by default.
+    /// writes (see [`crate::FencedWrite`]). On Redis nodes whose clocks
+    /// agree the token usually comes with the grant; otherwise it costs one
+    /// more round trip. Off by default.
     pub fn fenced(mut self, on: bool) -> Self {
         self.fenced = on;
         self
