@@ -9,7 +9,8 @@
 //! not refuse it (also where the reply never came), release and renew with
 //! an owner check, heal a missing key on renewal, fire the loss at
 //! `valid_until` from a local timer, and (fenced) agree on a token with a
-//! majority max-register. Each constant and transition names the library
+//! majority max-register, proposed with the grant and, where that found no
+//! majority, in an owner-checked proposal round. Each constant and transition names the library
 //! code it stands for.
 //!
 //! Faults are actions the checker may take at any point: a message lost or

@@ -184,8 +184,7 @@ pub struct Ghost {
     pub highest_issued: u8,
     /// A token was issued twice.
     pub duplicate: bool,
-    /// A token was issued that is not above one issued before its attempt
-    /// began.
+    /// A token was issued that is not above one issued before it.
     pub not_above_earlier: bool,
     /// Tokens whose attempt ended (failed, released or lost).
     pub ended: Tokens,
