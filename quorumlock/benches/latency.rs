@@ -7,7 +7,8 @@
 //!   to every node at once, sent with the redis crate directly: what a lock
 //!   costs with nothing in between;
 //! - quorumlock: `try_lock` + `release`;
-//! - quorumlock fenced: the same with fencing tokens (one more round trip).
+//! - quorumlock fenced: the same with fencing tokens (the token usually
+//!   comes with the grant).
 //!
 //! Short rounds alternate between the two so that machine noise (large on
 //! shared machines) hits both alike; the table gives the median over rounds

@@ -99,7 +99,8 @@ pub(crate) struct Args {
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     min_hold: Option<Duration>,
     /// Take a fenced lock and pass its fencing token to the command as
-    /// QUORUMLOCK_FENCE_TOKEN (one more round trip per acquisition).
+    /// QUORUMLOCK_FENCE_TOKEN (on Redis nodes usually in the round trips of
+    /// a plain lock, at most one more).
     #[arg(long)]
     fenced: bool,
     /// Report acquisition, release and termination on stderr.
