@@ -56,7 +56,8 @@ const END: &str = "<!-- END GENERATED -->";
 /// client running 256 tasks beside other test binaries spends longer than
 /// the default 100 ms on one wave of replies, so every request of a round
 /// timed out (its retries keeping the client as busy) and the round counted
-/// no cycle. Well under the ttl of [`contender::TTL`].
+/// no cycle; the permit pool's 32 tasks missed it too. Well under the ttl
+/// of [`contender::TTL`] and of the pool's permits.
 const SMOKE_CROWDED_NODE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Counts of one run.
@@ -66,7 +67,8 @@ pub struct Settings {
     pub single: Budget,
     pub throughput_rounds: usize,
     pub window: throughput::Window,
-    /// quorumlock's node timeout in the rounds of many tasks, (b) and (g).
+    /// quorumlock's node timeout in the rounds of many tasks, (b), (g) and
+    /// (h).
     pub crowded_node_timeout: Duration,
     pub network_rounds: usize,
     pub network: network::Budgets,
@@ -363,7 +365,8 @@ fn main() {
         if wants('h') {
             eprintln!("(h) a pool of 10 permits: Semaphore against a try_lock sweep");
             let (rounds, window) = (settings.throughput_rounds, settings.window);
-            results.semaphore = Some(semaphore::run(&nodes, rounds, window).await);
+            let timeout = settings.crowded_node_timeout;
+            results.semaphore = Some(semaphore::run(&nodes, rounds, window, timeout).await);
         }
     });
     // Background work of the clients (pending requests, subscriptions) ends

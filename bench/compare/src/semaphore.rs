@@ -71,7 +71,7 @@ pub struct Pool {
 }
 
 /// Every way at every task count and hold, `rounds` times, alternating.
-pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Pool> {
+pub async fn run(nodes: &Nodes, rounds: usize, window: Window, node_timeout: Duration) -> Vec<Pool> {
     let urls = nodes.direct(NODES);
     let mut pools = Vec::new();
     for tasks in TASKS {
@@ -94,7 +94,7 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Pool> {
         for pool in &mut pools {
             let name = format!("pool-{round_no}-{}-{}-{:?}", pool.tasks, pool.hold_ms, pool.way);
             let before: u64 = nodes.command_calls(NODES).values().sum();
-            let (rate, acquisitions, errors, waits) = round(&urls, pool, &name, window).await;
+            let (rate, acquisitions, errors, waits) = round(&urls, pool, &name, window, node_timeout).await;
             let after: u64 = nodes.command_calls(NODES).values().sum();
             pool.rounds.push(rate);
             pool.commands
@@ -115,12 +115,21 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window) -> Vec<Pool> {
     pools
 }
 
-/// One round: acquisitions per second over the window, acquisitions in all
-/// (for the command count, which spans the whole round), errors, and the
-/// waits for a permit in the window.
-async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64, u64, u64, Vec<Duration>) {
+/// One round, its clients with `node_timeout`: acquisitions per second
+/// over the window, acquisitions in all (for the command count, which spans
+/// the whole round), errors, and the waits for a permit in the window.
+async fn round(
+    urls: &[String],
+    pool: &Pool,
+    name: &str,
+    window: Window,
+    node_timeout: Duration,
+) -> (f64, u64, u64, Vec<Duration>) {
     let clients: Vec<Redlock> = (0..CLIENTS)
-        .map(|_| Redlock::builder().nodes(urls.to_vec()).build().expect("client"))
+        .map(|_| {
+            let builder = Redlock::builder().nodes(urls.to_vec()).node_timeout(node_timeout);
+            builder.build().expect("client")
+        })
         .collect();
     let keys: Arc<[String]> = (0..PERMITS).map(|i| format!("{name}:key:{i}")).collect();
     let (done, errors, stop) = (
@@ -174,7 +183,7 @@ async fn round(urls: &[String], pool: &Pool, name: &str, window: Window) -> (f64
     tokio::time::sleep(window.warm).await;
     counting.store(true, Ordering::Relaxed);
     let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
-    tokio::time::sleep(window.window).await;
+    window.count(start, &done, before).await;
     let (elapsed, after) = (start.elapsed(), done.load(Ordering::Relaxed));
     counting.store(false, Ordering::Relaxed);
     stop.store(true, Ordering::Relaxed);

@@ -44,6 +44,17 @@ pub struct Window {
     pub window: Duration,
 }
 
+impl Window {
+    /// Waits out the counted time that began at `start` with `before`
+    /// completions in `done`, extended while none has completed since.
+    pub async fn count(&self, start: Instant, done: &AtomicU64, before: u64) {
+        tokio::time::sleep_until(start + self.window).await;
+        while done.load(Ordering::Relaxed) == before && start.elapsed() < self.window + NO_CYCLE_YET_CAP {
+            tokio::time::sleep(NO_CYCLE_YET_POLL).await;
+        }
+    }
+}
+
 /// One contender's rounds at one N and task count.
 #[derive(Debug)]
 pub struct Rate {
@@ -194,10 +205,7 @@ pub async fn round(
     tokio::time::sleep(window.warm).await;
     let (start, before) = (Instant::now(), done.load(Ordering::Relaxed));
     let (client_before, server_before) = (cpu::this_process(), store_cpu());
-    tokio::time::sleep(window.window).await;
-    while done.load(Ordering::Relaxed) == before && start.elapsed() < window.window + NO_CYCLE_YET_CAP {
-        tokio::time::sleep(NO_CYCLE_YET_POLL).await;
-    }
+    window.count(start, &done, before).await;
     let (elapsed, after) = (start.elapsed(), done.load(Ordering::Relaxed));
     let (client, server) = (cpu::this_process() - client_before, store_cpu() - server_before);
     stop.store(true, Ordering::Relaxed);
