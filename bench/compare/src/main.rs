@@ -324,51 +324,7 @@ fn main() {
         true => consensus::Store::start_all(),
         false => Vec::new(),
     };
-    let mut results = Results::default();
-    runtime.block_on(async {
-        if wants('a') || wants('f') {
-            eprintln!("(a, f) one task, uncontended");
-            results.single =
-                Some(single::run(&nodes, settings.single_rounds, settings.single, &stores).await);
-            nodes.flush();
-        }
-        if wants('b') {
-            eprintln!("(b) throughput");
-            let (rounds, window) = (settings.throughput_rounds, settings.window);
-            let timeout = settings.crowded_node_timeout;
-            results.throughput = Some(throughput::run(&nodes, rounds, window, timeout, &stores).await);
-            nodes.flush();
-        }
-        if wants('c') || wants('d') {
-            eprintln!("(c, d) behind proxies with latency; one node black-holed");
-            let (rounds, budgets) = (settings.network_rounds, &settings.network);
-            results.network = Some(network::run(&nodes, rounds, budgets, wants('c'), wants('d')).await);
-            nodes.flush();
-        }
-        if wants('e') {
-            eprintln!("(e) contended hand-off");
-            let (rounds, target, warmup) = (
-                settings.handoff_rounds,
-                settings.handoff_target,
-                settings.handoff_warmup,
-            );
-            results.handoff = Some(handoff::run(&nodes, rounds, target, warmup, &stores).await);
-            nodes.flush();
-        }
-        if wants('g') {
-            eprintln!("(g) members of 1, 2 and 3 shards");
-            let (rounds, window) = (settings.throughput_rounds, settings.window);
-            let timeout = settings.crowded_node_timeout;
-            results.shards = Some(shards::run(&nodes, rounds, window, timeout).await);
-            nodes.flush();
-        }
-        if wants('h') {
-            eprintln!("(h) a pool of 10 permits: Semaphore against a try_lock sweep");
-            let (rounds, window) = (settings.throughput_rounds, settings.window);
-            let timeout = settings.crowded_node_timeout;
-            results.semaphore = Some(semaphore::run(&nodes, rounds, window, timeout).await);
-        }
-    });
+    let results = runtime.block_on(scenarios(&settings, &nodes, &stores, &wants));
     // Background work of the clients (pending requests, subscriptions) ends
     // with their runtime, before the nodes go.
     drop(runtime);
@@ -383,6 +339,59 @@ fn main() {
     if settings.smoke {
         smoke::checks(&results, &targets);
     }
+}
+
+/// Runs the scenarios `wants` picks (by letter) on `nodes`, with the
+/// consensus `stores` beside them where a scenario measures those too.
+async fn scenarios(
+    settings: &Settings,
+    nodes: &nodes::Nodes,
+    stores: &[consensus::Store],
+    wants: &dyn Fn(char) -> bool,
+) -> Results {
+    let mut results = Results::default();
+    if wants('a') || wants('f') {
+        eprintln!("(a, f) one task, uncontended");
+        results.single = Some(single::run(nodes, settings.single_rounds, settings.single, stores).await);
+        nodes.flush();
+    }
+    if wants('b') {
+        eprintln!("(b) throughput");
+        let (rounds, window) = (settings.throughput_rounds, settings.window);
+        let timeout = settings.crowded_node_timeout;
+        results.throughput = Some(throughput::run(nodes, rounds, window, timeout, stores).await);
+        nodes.flush();
+    }
+    if wants('c') || wants('d') {
+        eprintln!("(c, d) behind proxies with latency; one node black-holed");
+        let (rounds, budgets) = (settings.network_rounds, &settings.network);
+        results.network = Some(network::run(nodes, rounds, budgets, wants('c'), wants('d')).await);
+        nodes.flush();
+    }
+    if wants('e') {
+        eprintln!("(e) contended hand-off");
+        let (rounds, target, warmup) = (
+            settings.handoff_rounds,
+            settings.handoff_target,
+            settings.handoff_warmup,
+        );
+        results.handoff = Some(handoff::run(nodes, rounds, target, warmup, stores).await);
+        nodes.flush();
+    }
+    if wants('g') {
+        eprintln!("(g) members of 1, 2 and 3 shards");
+        let (rounds, window) = (settings.throughput_rounds, settings.window);
+        let timeout = settings.crowded_node_timeout;
+        results.shards = Some(shards::run(nodes, rounds, window, timeout).await);
+        nodes.flush();
+    }
+    if wants('h') {
+        eprintln!("(h) a pool of 10 permits: Semaphore against a try_lock sweep");
+        let (rounds, window) = (settings.throughput_rounds, settings.window);
+        let timeout = settings.crowded_node_timeout;
+        results.semaphore = Some(semaphore::run(nodes, rounds, window, timeout).await);
+    }
+    results
 }
 
 /// Writes the tables into `out/benchmarks.md` (replacing the generated

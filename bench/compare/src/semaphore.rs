@@ -115,6 +115,15 @@ pub async fn run(nodes: &Nodes, rounds: usize, window: Window, node_timeout: Dur
     pools
 }
 
+/// A client of the pool on `urls`.
+fn client(urls: &[String], node_timeout: Duration) -> Redlock {
+    Redlock::builder()
+        .nodes(urls.to_vec())
+        .node_timeout(node_timeout)
+        .build()
+        .expect("client")
+}
+
 /// One round, its clients with `node_timeout`: acquisitions per second
 /// over the window, acquisitions in all (for the command count, which spans
 /// the whole round), errors, and the waits for a permit in the window.
@@ -125,12 +134,7 @@ async fn round(
     window: Window,
     node_timeout: Duration,
 ) -> (f64, u64, u64, Vec<Duration>) {
-    let clients: Vec<Redlock> = (0..CLIENTS)
-        .map(|_| {
-            let builder = Redlock::builder().nodes(urls.to_vec()).node_timeout(node_timeout);
-            builder.build().expect("client")
-        })
-        .collect();
+    let clients: Vec<Redlock> = (0..CLIENTS).map(|_| client(urls, node_timeout)).collect();
     let keys: Arc<[String]> = (0..PERMITS).map(|i| format!("{name}:key:{i}")).collect();
     let (done, errors, stop) = (
         Arc::new(AtomicU64::new(0)),
