@@ -20,10 +20,13 @@ const FLOOD: usize = 200_000;
 /// call of ours may take 10 ms.
 const SLOW_US: i64 = 10_000;
 
-/// The server time one release (or one batch of them) may take here, in
-/// µs. A bounded release costs tens of µs, an unbounded one over a flooded
-/// queue tens of thousands; this leaves room for a loaded machine.
-const RELEASE_BUDGET_US: i64 = 2_000;
+/// The server time one release may take here, in µs. A bounded release
+/// costs tens of µs, an unbounded one over the flooded queue about 0.2 s;
+/// this leaves room for a node descheduled in the middle of the script on
+/// a loaded machine (2.2 ms seen beside the rest of the suite), as the
+/// batch's budget does. The entries removed are the exact measure of the
+/// work; the time shows the node was never blocked by it.
+const RELEASE_BUDGET_US: i64 = 5_000;
 
 /// The server time one batch of a few dozen releases may take here, in µs:
 /// each release in it pops at least its queue's head and examines a
