@@ -265,11 +265,13 @@ fn sigterm_while_waiting_for_a_busy_lock_exits_promptly_and_leaves_no_key_of_its
         &["--key", key, "--ttl", "10s", "--", "sh", "-c", &command],
     ));
     holder.group = Some(wait_for_line(&dir.join("pgid")).parse().expect("pid"));
-    let tokens: Vec<Option<String>> = nodes.iter().map(|n| get(n, key)).collect();
+    // The lock returned at a majority: the last node's write may still be
+    // on its way when the command starts.
     assert!(
-        tokens.iter().all(Option::is_some),
+        wait_until(START_LIMIT, || nodes.iter().all(|n| get(n, key).is_some())),
         "the holder's key is on every node"
     );
+    let tokens: Vec<Option<String>> = nodes.iter().map(|n| get(n, key)).collect();
     let clients = connected_clients(&nodes[0]);
 
     let mut waiter = Running::spawn(quorumlock_run(
