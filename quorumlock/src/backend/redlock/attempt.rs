@@ -230,7 +230,7 @@ impl Attempt<'_> {
             let replies = replies.taken();
             self.masters
                 .proposer
-                .learn(sent_us, replies.node_us.iter().copied());
+                .learn(sent_us, replies.fastest_node_us.into_iter());
             FenceRound {
                 ask,
                 floor: replies.floor,
@@ -288,8 +288,8 @@ struct FenceReplies(Mutex<FencesSaid>);
 struct FencesSaid {
     floor: u64,
     took_proposal: usize,
-    /// Each replying node's clock.
-    node_us: Vec<u64>,
+    /// The fastest replying node's clock: all the proposer keeps.
+    fastest_node_us: Option<u64>,
 }
 
 impl FenceReplies {
@@ -298,7 +298,7 @@ impl FenceReplies {
         let mut said = self.0.lock().unwrap_or_else(|e| e.into_inner());
         said.floor = said.floor.max(read.floor);
         said.took_proposal += usize::from(read.took_proposal && counted);
-        said.node_us.push(read.node_us);
+        said.fastest_node_us = said.fastest_node_us.max(Some(read.node_us));
     }
 
     fn taken(&self) -> FencesSaid {
