@@ -79,6 +79,9 @@ pub struct RedlockBuilder {
     /// Set by [`RedlockBuilder::batching`]; the default otherwise.
     batching: Option<bool>,
     replica_ack: Option<ReplicaAck>,
+    /// Set by `RedlockBuilder::dialer` (`crate::sim`).
+    #[cfg(feature = "sim")]
+    pub(crate) dialer: crate::sim::DialerSetting,
     options: LockOptions,
     /// Set by the lock-setting shortcuts, applied over `options` at
     /// `build`, so that the order of the calls does not matter.
@@ -128,6 +131,8 @@ impl Default for RedlockBuilder {
             heal: None,
             batching: None,
             replica_ack: None,
+            #[cfg(feature = "sim")]
+            dialer: crate::sim::DialerSetting::default(),
             options: LockOptions::default(),
             shortcuts: Shortcuts::default(),
         }
@@ -370,6 +375,8 @@ impl RedlockBuilder {
             tasks: Arc::clone(&tasks),
             batching: self.batching.unwrap_or(DEFAULT_BATCHING),
             replica_ack: self.replica_ack,
+            #[cfg(feature = "sim")]
+            dialer: self.dialer.0.clone(),
         };
         let nodes = self
             .nodes

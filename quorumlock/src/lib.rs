@@ -17,6 +17,7 @@ mod options;
 mod random;
 mod redact;
 mod tasks;
+mod wall_clock;
 
 mod lock;
 
@@ -31,6 +32,8 @@ pub mod blocking;
 mod idempotency;
 mod inspect;
 mod semaphore;
+#[cfg(feature = "sim")]
+pub mod sim;
 
 pub use backend::probe;
 pub use backend::redlock::fence::{Fenced, FencedWrite};

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use crate::backend::redlock::wire::keys::{self, RESERVED_PREFIX};
 use crate::client::Redlock;
+use crate::random;
 use crate::error::{Error, Result, Setting};
 use crate::lock::guard::Guard;
 use crate::lock::resources::{MAX_RESOURCES, Resources};
@@ -239,7 +240,7 @@ impl Semaphore {
     /// over the permits instead of all queueing on permit 0).
     async fn sweep(&self, ttl: Duration) -> Result<Swept> {
         let k = self.permits.len();
-        let start = rand::random_range(0..k);
+        let start = random::below(k);
         let (mut busy, mut failed) = (None, None);
         for step in 0..k {
             let index = (start + step) % k;

@@ -19,7 +19,7 @@ use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
-use crate::random;
+use crate::{random, wall_clock};
 use crate::tasks::BackgroundWork;
 
 /// One acquisition attempt on `resources`, of the given `kind` (a waiter's
@@ -177,7 +177,7 @@ impl Attempt<'_> {
     /// outcome is certain or the per-node timeout passed.
     async fn acquire_everywhere(&self) -> Round {
         let quorum = &self.masters.quorum;
-        let sent_us = fence::unix_us();
+        let sent_us = wall_clock::unix_us();
         let request = Arc::new(Acquire {
             keys: Arc::clone(self.resources.keys()),
             token: Arc::clone(&self.token),

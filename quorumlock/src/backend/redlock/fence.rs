@@ -40,7 +40,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::ToRedisArgs;
 use redis::aio::ConnectionLike;
@@ -92,12 +91,6 @@ impl Proposer {
             self.offset_us.store(offset, Ordering::Relaxed);
         }
     }
-}
-
-/// Our clock in unix µs, which [`Proposer`] compares the nodes' with.
-pub(crate) fn unix_us() -> u64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since_epoch.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What phase 2 proposes for: the lock's keys, its token (the owner the

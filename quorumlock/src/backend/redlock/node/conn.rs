@@ -204,10 +204,7 @@ impl Conn {
 
     /// Opens a connection and loads the scripts on it.
     async fn connect(&self) -> RedisResult<Live> {
-        let client = self.target.client(self.connect_timeout).await?;
-        let mut conn = client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
+        let mut conn = self.target.connect(self.connect_timeout, &self.config).await?;
         let load = wire::load_all();
         wire::check_loaded(conn.send_packed_commands(&load, 0, load.len()).await?)?;
         Ok(Live {

@@ -16,6 +16,8 @@ mod batch;
 mod clock;
 mod cluster;
 mod conn;
+#[cfg(feature = "sim")]
+mod dialed;
 pub(crate) mod pubsub;
 mod replica;
 mod server;
@@ -26,6 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use redis::aio::PubSub;
 use redis::{Client, RedisResult};
 
 use self::cluster::Cluster;
@@ -46,6 +49,10 @@ pub(crate) struct Settings {
     pub(crate) batching: bool,
     /// Follow every lock write with `WAIT` (see [`ReplicaAck`]).
     pub(crate) replica_ack: Option<ReplicaAck>,
+    /// Where single servers' connections come from in a simulation (see
+    /// `crate::sim`); TCP when `None`.
+    #[cfg(feature = "sim")]
+    pub(crate) dialer: Option<Arc<dyn crate::sim::Dialer>>,
 }
 
 /// One member of the quorum: an independent failure domain whose answer
@@ -80,6 +87,12 @@ impl Node {
         let client = target::with_socket_options(client);
         let info = client.get_connection_info();
         let name = format!("{}/{}", info.addr(), info.redis_settings().db());
+        #[cfg(feature = "sim")]
+        if let Some(dialer) = &settings.dialer {
+            let dialer = Arc::clone(dialer);
+            let target = Target::Dialed(dialed::Dialed { client, dialer });
+            return Node::Server(Server::new(target, name, settings));
+        }
         Node::Server(Server::new(Target::Fixed(client), name, settings))
     }
 
@@ -175,12 +188,12 @@ impl Node {
         }
     }
 
-    /// A client for a pub/sub connection to this member, which hears every
-    /// wake-up published on it.
-    pub(crate) async fn pubsub_client(&self) -> RedisResult<Client> {
+    /// A pub/sub connection to this member, which hears every wake-up
+    /// published on it.
+    pub(crate) async fn pubsub(&self) -> RedisResult<PubSub> {
         match self {
-            Node::Server(server) => server.target().client(server.connect_timeout()).await,
-            Node::Cluster(cluster) => cluster.pubsub_client().await,
+            Node::Server(server) => server.target().pubsub(server.connect_timeout()).await,
+            Node::Cluster(cluster) => cluster.pubsub_client().await?.get_async_pubsub().await,
         }
     }
 
@@ -189,6 +202,8 @@ impl Node {
         match self {
             Node::Server(server) => match server.target() {
                 Target::Fixed(_) => Layout::Server,
+                #[cfg(feature = "sim")]
+                Target::Dialed(_) => Layout::Server,
                 Target::Sentinel(set) => {
                     let master = server.target().client(server.connect_timeout()).await;
                     Layout::Sentinel {
@@ -219,6 +234,8 @@ pub async fn layout_of(url: &str, connect_timeout: Duration) -> Result<Layout, S
         tasks: Arc::default(),
         batching: false,
         replica_ack: None,
+        #[cfg(feature = "sim")]
+        dialer: None,
     };
     Ok(Node::open(url, &settings)?.layout().await)
 }
@@ -288,6 +305,8 @@ mod tests {
             tasks: Arc::default(),
             batching: true,
             replica_ack: None,
+            #[cfg(feature = "sim")]
+            dialer: None,
         };
         let node = Node::open("redis://127.0.0.1:1/", &settings).expect("a valid URL");
         let keys: Arc<[String]> = Arc::from(["k".to_owned()]);

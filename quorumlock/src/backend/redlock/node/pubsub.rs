@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use super::Node;
 use crate::config::{LINGER, PUBSUB_PING, RESUBSCRIBE_BASE, RESUBSCRIBE_CAP};
+use crate::random;
 
 /// Who receives a channel's messages.
 pub(crate) trait Listener: Send + Sync {
@@ -60,7 +61,7 @@ impl Backoff {
     fn pause(&mut self) -> Duration {
         let step = self.next;
         self.next = (step * 2).min(RESUBSCRIBE_CAP);
-        step / 2 + step.mul_f64(rand::random::<f64>() / 2.0)
+        step / 2 + step.mul_f64(random::fraction() / 2.0)
     }
 
     /// The node answered on a new connection: the next failure is retried
@@ -161,7 +162,7 @@ impl Connection {
     /// connections and then drops or ignores them is backed off like one
     /// that refuses them.
     async fn open(node: &Node, listener: &Weak<dyn Listener>, channel: &str) -> Opened {
-        let connect = async { node.pubsub_client().await?.get_async_pubsub().await };
+        let connect = node.pubsub();
         let connected = tokio::time::timeout(node.connect_timeout(), connect).await;
         let Ok(Ok(pubsub)) = connected else {
             return Opened::Unreachable;

@@ -5,10 +5,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use redis::aio::{MultiplexedConnection, PubSub};
 use redis::io::tcp::socket2::TcpKeepalive;
 use redis::sentinel::{Sentinel, SentinelNodeConnectionInfo};
-use redis::{Client, ConnectionInfo, RedisResult};
+use redis::{AsyncConnectionConfig, Client, ConnectionInfo, RedisResult};
 use tokio::sync::Mutex;
+
+#[cfg(feature = "sim")]
+use super::dialed::Dialed;
 
 use crate::config::{KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_RETRIES};
 
@@ -18,6 +22,9 @@ pub(crate) enum Target {
     Fixed(Client),
     /// The master the sentinels name, asked on every new connection.
     Sentinel(SentinelMaster),
+    /// One address, its connections opened by a simulator's dialer.
+    #[cfg(feature = "sim")]
+    Dialed(Dialed),
 }
 
 /// A Sentinel-managed master: the sentinels, the master's name and how to
@@ -56,6 +63,31 @@ impl SentinelMaster {
 }
 
 impl Target {
+    /// A request connection to the server (see `Conn`), its connect
+    /// bounded by `timeout`.
+    pub(crate) async fn connect(
+        &self,
+        timeout: Duration,
+        config: &AsyncConnectionConfig,
+    ) -> RedisResult<MultiplexedConnection> {
+        #[cfg(feature = "sim")]
+        if let Target::Dialed(dialed) = self {
+            return dialed.multiplexed(timeout, config).await;
+        }
+        let client = self.client(timeout).await?;
+        client.get_multiplexed_async_connection_with_config(config).await
+    }
+
+    /// A pub/sub connection to the server, its connect bounded by the
+    /// caller.
+    pub(crate) async fn pubsub(&self, timeout: Duration) -> RedisResult<PubSub> {
+        #[cfg(feature = "sim")]
+        if let Target::Dialed(dialed) = self {
+            return dialed.pubsub(timeout).await;
+        }
+        self.client(timeout).await?.get_async_pubsub().await
+    }
+
     /// The client to open the next connection with: for a Sentinel-managed
     /// master, the server the sentinels name now, which the crate confirms
     /// calls itself master (`ROLE`) before it is returned. Bounded by
@@ -64,6 +96,8 @@ impl Target {
     pub(crate) async fn client(&self, timeout: Duration) -> RedisResult<Client> {
         match self {
             Target::Fixed(client) => Ok(client.clone()),
+            #[cfg(feature = "sim")]
+            Target::Dialed(dialed) => Ok(dialed.client.clone()),
             Target::Sentinel(set) => {
                 // Type-erased: the crate's lookup is a deeply nested future,
                 // and carried in every request's type it exceeds the
@@ -99,6 +133,8 @@ impl Target {
     pub(crate) fn changes(&self) -> u64 {
         match self {
             Target::Fixed(_) => 0,
+            #[cfg(feature = "sim")]
+            Target::Dialed(_) => 0,
             Target::Sentinel(set) => set.changes.load(Ordering::Relaxed),
         }
     }
@@ -107,6 +143,8 @@ impl Target {
     pub(crate) fn last_address(&self) -> Option<String> {
         match self {
             Target::Fixed(client) => Some(client.get_connection_info().addr().to_string()),
+            #[cfg(feature = "sim")]
+            Target::Dialed(dialed) => Some(dialed.client.get_connection_info().addr().to_string()),
             Target::Sentinel(set) => set.last.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }

@@ -168,6 +168,8 @@ mod tests {
             tasks: std::sync::Arc::default(),
             batching: true,
             replica_ack: None,
+            #[cfg(feature = "sim")]
+            dialer: None,
         }
     }
 

@@ -15,9 +15,9 @@
 //! into one wake-up; heard again after it woke, it wakes the waiter again
 //! (its attempt may have reached a node before that node's release).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -30,7 +30,7 @@ use crate::backend::redlock::quorum::Quorum;
 use crate::backend::redlock::wire::keys;
 use crate::backend::redlock::wire::queue::{self, QueueEntry, Register, Unregister};
 use crate::config::QUEUE_MARGIN;
-use crate::metrics;
+use crate::{metrics, random, wall_clock};
 use crate::tasks::BackgroundWork;
 
 /// Per-client hand-off state, shared by all its waiters.
@@ -47,7 +47,7 @@ struct Mailbox {
     /// This client's id (random, 64 bits), as queue members carry it and
     /// its channel is named.
     id: String,
-    waiters: Mutex<HashMap<Arc<str>, Waiting>>,
+    waiters: Mutex<BTreeMap<Arc<str>, Waiting>>,
     /// How many times a node subscribed the channel on a connection where
     /// it was not (see [`Wake::Subscribed`]).
     subscriptions: watch::Sender<u64>,
@@ -56,7 +56,7 @@ struct Mailbox {
 impl Default for Mailbox {
     fn default() -> Self {
         Mailbox {
-            id: format!("{:016x}", rand::random::<u64>()),
+            id: format!("{:016x}", random::u64()),
             waiters: Mutex::default(),
             subscriptions: watch::Sender::new(0),
         }
@@ -93,7 +93,7 @@ struct Waiting {
 }
 
 impl Mailbox {
-    fn waiters(&self) -> MutexGuard<'_, HashMap<Arc<str>, Waiting>> {
+    fn waiters(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, Waiting>> {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -261,10 +261,10 @@ impl Handoff {
         wait_until: Instant,
     ) -> Subscription {
         let senders = self.senders(quorum);
-        let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+        let since_epoch = wall_clock::since_epoch();
         let expires = wait_until + QUEUE_MARGIN;
         let deadline_ms = (since_epoch + expires.saturating_duration_since(Instant::now())).as_millis();
-        let member = QueueEntry::member(deadline_ms, &self.mailbox.id, rand::random());
+        let member = QueueEntry::member(deadline_ms, &self.mailbox.id, random::u64());
         let mine = Arc::new(Notify::new());
         let queues: Arc<[String]> = resources.iter().map(|r| keys::queue(r)).collect();
         let mut confirmations = Vec::new();

@@ -15,7 +15,8 @@ use redis::{Cmd, Pipeline, RedisError, RedisResult, Value};
 use super::keys;
 use super::lock::{Acquire, Release, set_nx};
 use super::queue::announce_lua;
-use super::reply::{integers, set_nx_granted, unix_ms, wrong_reply_count};
+use super::reply::{integers, set_nx_granted, wrong_reply_count};
+use crate::wall_clock::unix_ms;
 use super::request::Request;
 use super::script::script;
 

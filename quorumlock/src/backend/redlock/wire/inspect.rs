@@ -4,7 +4,8 @@
 use redis::{Cmd, RedisResult, Value};
 
 use super::queue::announce_lua;
-use super::reply::{unexpected, unix_ms, wrong_reply_count};
+use super::reply::{unexpected, wrong_reply_count};
+use crate::wall_clock::unix_ms;
 use super::request::Request;
 use super::script::script;
 

@@ -7,7 +7,8 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::fence::{FenceAsk, FenceRead};
 use super::queue::{self, QueueEntry, announce_lua};
-use super::reply::{count, integer, set_nx_granted, unix_ms};
+use super::reply::{count, integer, set_nx_granted};
+use crate::wall_clock::unix_ms;
 use super::request::Request;
 use super::script::script;
 use super::{fence, keys};

@@ -1,7 +1,7 @@
 //! Reading replies: every reply of the wrong shape is an error of that node,
 //! never a yes.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, RedisResult, Value};
 
@@ -9,13 +9,6 @@ use redis::{ErrorKind, RedisError, RedisResult, Value};
 /// (the client rejects ttls below one millisecond).
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// The client's clock in unix milliseconds, which the hand-off queue
-/// deadlines are set and checked by.
-pub(crate) fn unix_ms() -> u64 {
-    let since_epoch = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    u64::try_from(since_epoch.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A script's reply, which must be an integer: the scripts return Lua
