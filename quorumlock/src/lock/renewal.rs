@@ -277,6 +277,9 @@ async fn run<R: Round>(renewal: Arc<Renewal<R::Kept>>, round: R) {
         }
         if let Some(at) = scan.wake_at {
             tokio::select! {
+                // Ready branches are taken in the order written: a simulated run
+                // replays the same for the same seed (the `sim` feature).
+                biased;
                 () = tokio::time::sleep_until(at) => {}
                 () = renewal.wake.notified() => {}
                 () = closing.cancelled() => {}

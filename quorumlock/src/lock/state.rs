@@ -150,6 +150,9 @@ impl Held {
             let shortened = self.validity_shortened.notified();
             let until = self.valid_until();
             tokio::select! {
+                // Ready branches are taken in the order written: a simulated run
+                // replays the same for the same seed (the `sim` feature).
+                biased;
                 () = self.lost.cancelled() => return,
                 () = shortened => {}
                 () = tokio::time::sleep_until(until) => {

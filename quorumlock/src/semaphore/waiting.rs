@@ -139,6 +139,9 @@ impl Waiter<'_> {
         let closing = closing.unwrap_or_default();
         // A shutdown ends the wait at once: the next sweep says so.
         self.named = tokio::select! {
+            // Ready branches are taken in the order written: a simulated run
+            // replays the same for the same seed (the `sim` feature).
+            biased;
             () = tokio::time::sleep_until(wake) => false,
             woken = subscription.woken() => woken == Wake::Named,
             () = closing.cancelled() => false,

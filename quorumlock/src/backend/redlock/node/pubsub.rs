@@ -206,6 +206,9 @@ impl Connection {
         health.tick().await;
         loop {
             let went_on = tokio::select! {
+                // Ready branches are taken in the order written: a simulated run
+                // replays the same for the same seed (the `sim` feature).
+                biased;
                 _ = health.tick() => {
                     let ping = tokio::time::timeout(node.connect_timeout(), self.sink.ping::<redis::Value>()).await;
                     matches!(ping, Ok(Ok(_)))

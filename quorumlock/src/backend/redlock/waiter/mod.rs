@@ -157,6 +157,9 @@ impl Waiter<'_> {
         self.woken = match &mut self.line {
             InLine::InAttempts(subscription) | InLine::Registered(subscription) => {
                 tokio::select! {
+                    // Ready branches are taken in the order written: a simulated run
+                    // replays the same for the same seed (the `sim` feature).
+                    biased;
                     () = tokio::time::sleep_until(wake) => Woken::Polled,
                     woken = subscription.woken() => match woken {
                         Wake::Named => Woken::Named,
@@ -168,6 +171,9 @@ impl Waiter<'_> {
             }
             InLine::NotYet => {
                 tokio::select! {
+                    // Ready branches are taken in the order written: a simulated run
+                    // replays the same for the same seed (the `sim` feature).
+                    biased;
                     () = tokio::time::sleep_until(wake) => {}
                     () = closing.cancelled() => {}
                 }

@@ -156,6 +156,9 @@ impl Subscription {
     /// listens is kept for the next call.
     pub(crate) async fn woken(&mut self) -> Wake {
         tokio::select! {
+            // Ready branches are taken in the order written: a simulated run
+            // replays the same for the same seed (the `sim` feature).
+            biased;
             () = self.mine.notified() => {
                 self.rearm();
                 Wake::Named
@@ -348,6 +351,9 @@ impl Handoff {
                 quorum.tasks.spawn(BackgroundWork::Subscription, async move {
                     // A shutdown ends it, connected or not.
                     tokio::select! {
+                        // Ready branches are taken in the order written: a simulated run
+                        // replays the same for the same seed (the `sim` feature).
+                        biased;
                         () = subscriber => {}
                         () = closing.cancelled() => {}
                     }
