@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 
@@ -20,16 +20,15 @@ use super::target::Target;
 use crate::backend::redlock::wire::{self, wrong_reply_count};
 use crate::config::STALL_FLOOR;
 
-/// Numbers connections, so that a failed request discards only its own.
-static GENERATION: AtomicU64 = AtomicU64::new(0);
-
 /// A reply on its way from the node.
 type PendingReply<R> = Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>;
 
 /// A request handed over to a connection, its reply still to come (or
 /// already there).
 pub(crate) struct Started<R> {
-    generation: u64,
+    /// The connection's health, which a reply that shows it broken marks
+    /// (see [`Conn::settle`]).
+    health: Arc<Health>,
     reply: Result<RedisResult<R>, PendingReply<R>>,
 }
 
@@ -41,14 +40,12 @@ pub(crate) struct Conn {
     connect_timeout: Duration,
     /// See [`Conn::stall_limit`].
     stall_limit: Duration,
-    /// The live connection, if any, with a generation number so that a
-    /// request that saw it fail discards that connection and not a newer one.
+    /// The live connection, if any.
     slot: Mutex<Option<Live>>,
 }
 
 /// A connection and what tells whether it still works.
 struct Live {
-    generation: u64,
     conn: MultiplexedConnection,
     health: Arc<Health>,
     /// A task that never ends, spawned on the runtime that drives the
@@ -154,7 +151,10 @@ impl Conn {
         Fut: Future<Output = RedisResult<R>> + Send + 'static,
     {
         let mut slot = self.slot.lock().await;
-        if slot.as_ref().is_some_and(|live| live.runtime_alive.is_finished()) {
+        if slot
+            .as_ref()
+            .is_some_and(|live| live.runtime_alive.is_finished() || live.health.broken.load(Ordering::Acquire))
+        {
             *slot = None;
         }
         if slot
@@ -174,7 +174,7 @@ impl Conn {
             // are there (see `crate::backend::redlock::wire`).
             None => Box::pin(self.connect()).await?,
         };
-        let generation = live.generation;
+        let health = Arc::clone(&live.health);
         let conn = live.conn.clone();
         let mut in_flight = InFlight::new(Arc::clone(&live.health));
         *slot = Some(live);
@@ -199,7 +199,7 @@ impl Conn {
             Poll::Ready(result) => Ok(result),
             Poll::Pending => Err(reply),
         };
-        Ok(Started { generation, reply })
+        Ok(Started { health, reply })
     }
 
     /// Opens a connection and loads the scripts on it.
@@ -208,7 +208,6 @@ impl Conn {
         let load = wire::load_all();
         wire::check_loaded(conn.send_packed_commands(&load, 0, load.len()).await?)?;
         Ok(Live {
-            generation: GENERATION.fetch_add(1, Ordering::Relaxed),
             conn,
             health: Arc::new(Health::new()),
             runtime_alive: AbortOnDropHandle::new(tokio::spawn(std::future::pending())),
@@ -267,29 +266,32 @@ impl Conn {
             Ok(result) => result,
             Err(mut pending) => pending.as_mut().await,
         };
-        self.settle(started.generation, result).await
+        settle(&started.health, result)
     }
+}
 
-    /// Drops the connection after an error that leaves it unusable, so that
-    /// the next request reconnects.
-    ///
-    /// A `NOSCRIPT` reply (someone ran `SCRIPT FLUSH`; the command did not
-    /// run) drops it too: the next connection loads the scripts again. So
-    /// does `READONLY`: the server became a replica (a failover), and a
-    /// Sentinel-managed member's next connection goes to the new master.
-    async fn settle<R: Reply>(&self, generation: u64, result: RedisResult<R>) -> RedisResult<R> {
-        let broken = match &result {
-            Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_stale(e),
-            Ok(reply) => reply.no_script(),
-        };
-        if broken {
-            let mut slot = self.slot.lock().await;
-            if slot.as_ref().is_some_and(|live| live.generation == generation) {
-                *slot = None;
-            }
-        }
-        result
+/// Marks the connection broken after an error that leaves it unusable, so
+/// that the next request replaces it (in [`Conn::start`], under the lock).
+///
+/// Marked, not dropped here: dropping it needs the lock, and a finished
+/// request that queued for the lock could be handed it while its owner
+/// waits elsewhere (the batcher awaits its next hand-over before it polls
+/// the replies of the batches in flight), holding up every request behind
+/// it for good.
+///
+/// A `NOSCRIPT` reply (someone ran `SCRIPT FLUSH`; the command did not
+/// run) marks it too: the next connection loads the scripts again. So
+/// does `READONLY`: the server became a replica (a failover), and a
+/// Sentinel-managed member's next connection goes to the new master.
+fn settle<R: Reply>(health: &Health, result: RedisResult<R>) -> RedisResult<R> {
+    let broken = match &result {
+        Err(e) => e.is_unrecoverable_error() || e.is_connection_dropped() || is_stale(e),
+        Ok(reply) => reply.no_script(),
+    };
+    if broken {
+        health.broken.store(true, Ordering::Release);
     }
+    result
 }
 
 /// Whether a connection still answers: what [`Conn::stall_limit`] is
@@ -312,6 +314,8 @@ struct Health {
     /// Cancelled when the connection is retired: its requests still waiting
     /// fail at once (see [`Conn::replace_if_silent`]).
     retired: CancellationToken,
+    /// A reply showed the connection unusable (see [`settle`]).
+    broken: AtomicBool,
 }
 
 impl Health {
@@ -322,6 +326,7 @@ impl Health {
             progress_us: AtomicU64::new(0),
             answers: AtomicU64::new(0),
             retired: CancellationToken::new(),
+            broken: AtomicBool::new(false),
         }
     }
 
