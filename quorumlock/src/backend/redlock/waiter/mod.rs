@@ -14,6 +14,7 @@
 //! and a queue head that is gone (a waiter that died without leaving the
 //! queue is skipped by the next release, or expires with its deadline).
 
+mod news;
 pub(crate) mod queue;
 
 use std::sync::Arc;

@@ -21,10 +21,11 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use super::super::kind::Line;
+use super::news;
 use crate::backend::redlock::node::pubsub::{self, Command, Listener};
 use crate::backend::redlock::quorum::Quorum;
 use crate::backend::redlock::wire::keys;
@@ -50,7 +51,7 @@ struct Mailbox {
     waiters: Mutex<BTreeMap<Arc<str>, Waiting>>,
     /// How many times a node subscribed the channel on a connection where
     /// it was not (see [`Wake::Subscribed`]).
-    subscriptions: watch::Sender<u64>,
+    subscriptions: Arc<news::Count>,
 }
 
 impl Default for Mailbox {
@@ -58,7 +59,7 @@ impl Default for Mailbox {
         Mailbox {
             id: format!("{:016x}", random::u64()),
             waiters: Mutex::default(),
-            subscriptions: watch::Sender::new(0),
+            subscriptions: Arc::default(),
         }
     }
 }
@@ -122,7 +123,7 @@ impl Listener for Mailbox {
     }
 
     fn subscribed(&self) {
-        self.subscriptions.send_modify(|count| *count += 1);
+        self.subscriptions.bump();
     }
 }
 
@@ -144,7 +145,7 @@ pub(crate) struct Subscription {
     /// Woken by releases that name this waiter.
     mine: Arc<Notify>,
     /// Changes when a node subscribes the channel anew.
-    subscriptions: watch::Receiver<u64>,
+    subscriptions: news::Watcher,
     /// Registered on the nodes and not known to be off every queue.
     queued: bool,
 }
@@ -163,7 +164,7 @@ impl Subscription {
                 self.rearm();
                 Wake::Named
             }
-            Ok(()) = self.subscriptions.changed() => Wake::Subscribed,
+            () = self.subscriptions.changed() => Wake::Subscribed,
         }
     }
 
@@ -291,7 +292,7 @@ impl Handoff {
         }
         let _ = tokio::time::timeout(timeout, futures::future::join_all(confirmations)).await;
         // Subscriptions from now on are news to this waiter.
-        let subscriptions = self.mailbox.subscriptions.subscribe();
+        let subscriptions = self.mailbox.subscriptions.watch();
         Subscription {
             handoff: Arc::downgrade(&self.mailbox),
             senders,
