@@ -1,0 +1,120 @@
+//! Random fault schedules within the safe configurations (docs/safety.md,
+//! "Assumptions"): the network may delay, cut, black-hole and reset; nodes
+//! may pause for any time and crash, coming back with their keys
+//! (persistence) or only after the largest ttl (a delayed restart); a
+//! node's clock may run fast within the drift allowance. Each fault ends
+//! after a while, so that the run can settle and its end be checked.
+
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+
+use crate::net::{Latency, Network};
+use crate::world::Nodes;
+
+/// The fastest a node's clock may run against simulated time: within the
+/// client's default drift allowance (1 % and 2 ms), as safety assumes.
+pub const FASTEST_SAFE_RATE: f64 = 1.009;
+
+/// A restart without persistence comes back only after this long: longer
+/// than the largest ttl the workload uses, with the drift on top.
+pub const EMPTY_RESTART_AFTER: Duration = Duration::from_millis(3_200);
+
+/// The longest a fault other than an empty restart lasts.
+const FAULT_MAX: Duration = Duration::from_millis(2_500);
+
+/// The network's usual one-way delay on loopback-like links.
+pub const NORMAL_LATENCY: Latency = Latency {
+    min: Duration::from_micros(50),
+    max: Duration::from_micros(400),
+};
+
+/// A slow link's one-way delay.
+const SLOW_LATENCY: Latency = Latency {
+    min: Duration::from_millis(2),
+    max: Duration::from_millis(40),
+};
+
+/// One fault, on what it acts.
+#[derive(Clone, Debug)]
+enum Fault {
+    Slow { client: String, node: String },
+    Partition { client: String, node: String },
+    BlackHole { node: String },
+    Reset { node: String },
+    Pause { node: String },
+    Crash { node: usize, persistence: bool },
+}
+
+/// Injects faults at random moments until `end`, then heals everything.
+pub async fn inject(seed: u64, net: Network, nodes: Nodes, clients: usize, end: Instant) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while Instant::now() < end {
+        let gap = Duration::from_millis(rng.random_range(50..1_500));
+        tokio::time::sleep(gap).await;
+        if Instant::now() >= end {
+            break;
+        }
+        let fault = pick(&mut rng, &nodes, clients);
+        let lasts = match fault {
+            Fault::Crash {
+                persistence: false, ..
+            } => EMPTY_RESTART_AFTER,
+            _ => Duration::from_millis(rng.random_range(1..=FAULT_MAX.as_millis() as u64)),
+        };
+        tracing::debug!(?fault, ?lasts, "fault");
+        start(&fault, &net, &nodes);
+        let (net, nodes) = (net.clone(), nodes.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(lasts).await;
+            stop(&fault, &net, &nodes);
+        });
+    }
+}
+
+fn pick(rng: &mut StdRng, nodes: &Nodes, clients: usize) -> Fault {
+    let node = rng.random_range(0..nodes.len());
+    let address = nodes.address(node);
+    let client = format!("c{}", rng.random_range(0..clients));
+    match rng.random_range(0..6) {
+        0 => Fault::Slow {
+            client,
+            node: address,
+        },
+        1 => Fault::Partition {
+            client,
+            node: address,
+        },
+        2 => Fault::BlackHole { node: address },
+        3 => Fault::Reset { node: address },
+        4 => Fault::Pause { node: address },
+        _ => Fault::Crash {
+            node,
+            persistence: rng.random_bool(0.7),
+        },
+    }
+}
+
+fn start(fault: &Fault, net: &Network, nodes: &Nodes) {
+    match fault {
+        Fault::Slow { client, node } => net.set_latency(client, node, SLOW_LATENCY),
+        Fault::Partition { client, node } => net.partition(client, node),
+        Fault::BlackHole { node } => net.black_hole(node),
+        Fault::Reset { node } => net.reset_connections(node),
+        Fault::Pause { node } => nodes.by_address(node).pause(),
+        Fault::Crash { node, persistence } => nodes.crash(*node, *persistence),
+    }
+}
+
+fn stop(fault: &Fault, net: &Network, nodes: &Nodes) {
+    match fault {
+        Fault::Slow { client, node } => net.set_latency(client, node, NORMAL_LATENCY),
+        Fault::Partition { client, node } => net.heal(client, node),
+        Fault::BlackHole { node } => net.unblack_hole(node),
+        Fault::Reset { .. } => {}
+        Fault::Pause { node } => nodes.by_address(node).resume(),
+        Fault::Crash { node, .. } => nodes.restart(*node),
+    }
+}

@@ -1,0 +1,361 @@
+//! One simulated run: nodes, network, clients and faults on one
+//! current-thread runtime with the paused clock, every choice drawn from
+//! the run's seed; then the checks.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use quorumlock::Redlock;
+use quorumlock::sim::{Dialer, Stream};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::faults::{self, FASTEST_SAFE_RATE, NORMAL_LATENCY};
+use crate::history::{History, Violation};
+use crate::net::Network;
+use crate::node::{NodeClock, SimNode};
+use crate::workload::{Client, RESOURCES};
+
+/// The wall clock at a run's start, as the client and the nodes read it:
+/// fixed, so that a run is the same whenever it is replayed.
+const EPOCH: Duration = Duration::from_secs(1_800_000_000);
+
+/// How long the end of a run waits, after every fault healed, for work in
+/// flight (renewals, releases in the background) before the clients shut
+/// down.
+const SETTLE: Duration = Duration::from_secs(4);
+
+/// What a client's shutdown may take.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The per-node timeout the clients use: a few slow round trips.
+const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+/// What a run simulates.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub nodes: usize,
+    pub clients: usize,
+    /// Simulated time the workload runs for.
+    pub duration: Duration,
+    /// Whether faults are injected.
+    pub faults: bool,
+}
+
+impl Scenario {
+    /// The standard scenario: 5 nodes, 4 clients, 30 s, faults.
+    pub fn standard() -> Self {
+        Scenario {
+            nodes: 5,
+            clients: 4,
+            duration: Duration::from_secs(30),
+            faults: true,
+        }
+    }
+
+    /// A named scenario (`standard`, `calm`: no faults, `short`: 3 nodes,
+    /// 3 clients, 5 s with faults).
+    pub fn named(name: &str) -> Option<Self> {
+        let standard = Scenario::standard();
+        match name {
+            "standard" => Some(standard),
+            "calm" => Some(Scenario {
+                faults: false,
+                ..standard
+            }),
+            "short" => Some(Scenario {
+                nodes: 3,
+                clients: 3,
+                duration: Duration::from_secs(5),
+                faults: true,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What a run found.
+#[derive(Debug)]
+pub struct Outcome {
+    pub violations: Vec<Violation>,
+    /// A hash of everything that happened: equal for two runs of one seed.
+    pub trace: u64,
+    pub holds: usize,
+    pub steps: usize,
+    pub refused: u64,
+    pub errors: Vec<(String, u64)>,
+}
+
+thread_local! {
+    /// When the run on this thread started, for [`SimTime`].
+    static RUN_START: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Stamps log lines with the simulated time since the run started.
+pub struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> std::fmt::Result {
+        match RUN_START.get() {
+            Some(start) => write!(w, "{:>11.6}s", start.elapsed().as_secs_f64()),
+            None => write!(w, "{:>12}", "-"),
+        }
+    }
+}
+
+/// Runs `scenario` from `seed`.
+pub fn run(seed: u64, scenario: &Scenario) -> Outcome {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .expect("a current-thread runtime");
+    runtime.block_on(simulate(seed, scenario))
+}
+
+async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
+    let _entered = quorumlock::sim::enter(seed, EPOCH);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let net = Network::new(rng.random(), NORMAL_LATENCY);
+    let start = Instant::now();
+    RUN_START.set(Some(start));
+    let nodes = Nodes::start(&net, &mut rng, scenario.nodes, start);
+    let history = Arc::new(Mutex::new(History::new(start)));
+    let end = start + scenario.duration;
+    let mut clients = Vec::new();
+    for id in 0..scenario.clients {
+        let dialer = Arc::new(NetDialer {
+            net: net.clone(),
+            host: format!("c{id}"),
+        });
+        let redlock = Redlock::builder()
+            .nodes(nodes.urls())
+            .node_timeout(NODE_TIMEOUT)
+            .dialer(dialer)
+            .build()
+            .expect("the simulated clients' settings are valid");
+        let client = Client::new(id, redlock, rng.random(), Arc::clone(&history), end);
+        clients.push(tokio::spawn(
+            client.run().instrument(tracing::info_span!("client", id)),
+        ));
+    }
+    if scenario.faults {
+        tokio::spawn(faults::inject(
+            rng.random(),
+            net.clone(),
+            nodes.clone(),
+            scenario.clients,
+            end,
+        ));
+    }
+    let mut redlocks = Vec::new();
+    for client in clients {
+        redlocks.push(client.await.expect("a client's task panicked"));
+    }
+    // Every fault has healed once its own time is up; then the work in
+    // flight settles, and the clients shut down.
+    tokio::time::sleep(SETTLE).await;
+    let mut violations = Vec::new();
+    for (client, redlock) in redlocks.iter().enumerate() {
+        let report = redlock.shutdown(SHUTDOWN_TIMEOUT).await;
+        if !report.is_complete() {
+            violations.push(Violation::Shutdown {
+                client,
+                report: report.to_string(),
+            });
+        }
+    }
+    let history = history.lock().unwrap_or_else(|e| e.into_inner());
+    violations.extend(history.check());
+    if !scenario.faults {
+        violations.extend(nodes.leftovers());
+    }
+    Outcome {
+        violations,
+        trace: trace(&history, net.trace_hash()),
+        holds: history.holds.len(),
+        steps: history.steps.len(),
+        refused: history.refused,
+        errors: history.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+    }
+}
+
+/// A hash of the run's history and network trace (FNV-1a: the same on
+/// every run and platform, unlike std's keyed hashers).
+fn trace(history: &History, network: u64) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    feed(&network.to_le_bytes());
+    for hold in &history.holds {
+        feed(format!("{hold:?}").as_bytes());
+    }
+    for step in &history.steps {
+        feed(format!("{step:?}").as_bytes());
+    }
+    hash
+}
+
+/// A client's connections, through the simulated network from its host.
+struct NetDialer {
+    net: Network,
+    host: String,
+}
+
+impl Dialer for NetDialer {
+    fn dial(&self, address: &str) -> BoxFuture<'static, io::Result<Stream>> {
+        let (net, host, address) = (self.net.clone(), self.host.clone(), address.to_owned());
+        Box::pin(async move {
+            tracing::debug!(%host, %address, "dial");
+            let stream = net.connect(&host, &address).await;
+            tracing::debug!(%host, %address, ok = stream.is_ok(), "dialed");
+            Ok(Box::pin(stream?) as Stream)
+        })
+    }
+}
+
+/// The simulated nodes, each listening on the network while it is up.
+#[derive(Clone)]
+pub struct Nodes(Arc<Mutex<Vec<Slot>>>, Network);
+
+struct Slot {
+    node: SimNode,
+    address: String,
+    up: bool,
+    /// A node that lost its keys may come back only after this instant
+    /// (safety's delayed restart).
+    empty_until: Instant,
+}
+
+impl Nodes {
+    fn start(net: &Network, rng: &mut StdRng, count: usize, start: Instant) -> Nodes {
+        let epoch_ms = u64::try_from(EPOCH.as_millis()).unwrap_or(u64::MAX);
+        let slots = (0..count)
+            .map(|i| {
+                let clock = NodeClock {
+                    offset_ms: rng.random_range(-5_000..5_000),
+                    rate: rng.random_range(1.0 / FASTEST_SAFE_RATE..FASTEST_SAFE_RATE),
+                };
+                let address = format!("n{i}:6379");
+                Slot {
+                    node: SimNode::new(&address, epoch_ms, start, clock),
+                    address,
+                    up: false,
+                    empty_until: start,
+                }
+            })
+            .collect();
+        let nodes = Nodes(Arc::new(Mutex::new(slots)), net.clone());
+        for i in 0..count {
+            nodes.restart(i);
+        }
+        nodes
+    }
+
+    fn slots(&self) -> std::sync::MutexGuard<'_, Vec<Slot>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots().is_empty()
+    }
+
+    pub fn address(&self, i: usize) -> String {
+        self.slots()[i].address.clone()
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.slots()
+            .iter()
+            .map(|s| format!("redis://{}", s.address))
+            .collect()
+    }
+
+    pub fn by_address(&self, address: &str) -> SimNode {
+        let slots = self.slots();
+        let slot = slots
+            .iter()
+            .find(|s| s.address == address)
+            .expect("a node's own address");
+        slot.node.clone()
+    }
+
+    /// Crashes node `i` (if up): its connections break, new ones are
+    /// refused until it restarts.
+    pub fn crash(&self, i: usize, persistence: bool) {
+        let mut slots = self.slots();
+        let slot = &mut slots[i];
+        if !slot.up {
+            return;
+        }
+        slot.up = false;
+        slot.node.crash(persistence);
+        self.1.close_listener(&slot.address);
+        self.1.reset_connections(&slot.address);
+        if !persistence {
+            slot.empty_until = Instant::now() + faults::EMPTY_RESTART_AFTER;
+        }
+    }
+
+    /// Brings node `i` back (if down), no earlier than a delayed restart
+    /// allows.
+    pub fn restart(&self, i: usize) {
+        let wait = {
+            let slots = self.slots();
+            slots[i].empty_until.saturating_duration_since(Instant::now())
+        };
+        let nodes = self.clone();
+        if !wait.is_zero() {
+            tokio::spawn(async move {
+                tokio::time::sleep(wait).await;
+                nodes.restart(i);
+            });
+            return;
+        }
+        let mut slots = self.slots();
+        let slot = &mut slots[i];
+        if slot.up {
+            return;
+        }
+        slot.up = true;
+        let mut listener = self.1.listen(&slot.address);
+        let node = slot.node.clone();
+        tokio::spawn(async move {
+            while let Some(stream) = listener.accept().await {
+                tokio::spawn({
+                    let node = node.clone();
+                    async move { node.serve(stream).await }
+                });
+            }
+        });
+    }
+
+    /// Lock keys (a resource's own key) still on a node.
+    fn leftovers(&self) -> Vec<Violation> {
+        let slots = self.slots();
+        let mut found = Vec::new();
+        for slot in slots.iter() {
+            for (key, value) in slot.node.live_keys() {
+                if RESOURCES.contains(&key.as_str()) {
+                    found.push(Violation::Leftover {
+                        node: slot.address.clone(),
+                        key,
+                        value,
+                    });
+                }
+            }
+        }
+        found
+    }
+}
