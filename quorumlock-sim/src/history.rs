@@ -24,6 +24,9 @@ pub struct Hold {
     pub asked: Duration,
     /// When the lock was granted (`lock` returned).
     pub granted: Duration,
+    /// When the holder gave it back (`release` returned, or the guard was
+    /// dropped).
+    pub given_back: Option<Duration>,
 }
 
 /// A step of work done under a hold: `[start, end)` on the simulator's clock.
@@ -58,6 +61,14 @@ pub enum Violation {
     },
     /// A client's shutdown did not finish its work.
     Shutdown { client: usize, report: String },
+    /// A lock key stayed on a node longer than the work that removes it
+    /// takes with no faults: a given-back lock's, or a refused attempt's.
+    Stale {
+        node: String,
+        key: String,
+        whose: String,
+        for_ms: u64,
+    },
 }
 
 impl fmt::Display for Violation {
@@ -88,6 +99,17 @@ impl fmt::Display for Violation {
             }
             Violation::Shutdown { client, report } => {
                 write!(f, "client {client} shut down incompletely: {report}")
+            }
+            Violation::Stale {
+                node,
+                key,
+                whose,
+                for_ms,
+            } => {
+                write!(
+                    f,
+                    "{node} kept lock key {key} of {whose} for {for_ms} ms with no fault"
+                )
             }
         }
     }
@@ -126,6 +148,16 @@ impl History {
 
     pub fn step(&mut self, hold: usize, start: Duration, end: Duration) {
         self.steps.push(Step { hold, start, end });
+    }
+
+    /// The holder of `hold` gave it back now.
+    pub fn given_back(&mut self, hold: usize) {
+        self.holds[hold].given_back = Some(self.now());
+    }
+
+    /// The hold whose token is `token`, if any.
+    pub fn by_token(&self, token: &str) -> Option<&Hold> {
+        self.holds.iter().rev().find(|h| h.token == token)
     }
 
     pub fn error(&mut self, kind: impl Into<String>) {
@@ -241,6 +273,7 @@ mod tests {
             fence,
             asked: Duration::from_millis(asked),
             granted: Duration::from_millis(granted),
+            given_back: None,
         })
     }
 

@@ -5,6 +5,7 @@
 //!
 //! Unstable: for the project's own tests and soaks (docs/reliability.md).
 
+pub mod audit;
 pub mod faults;
 pub mod history;
 pub mod net;

@@ -102,6 +102,7 @@ impl Client {
             fence: guard.fence_token(),
             asked,
             granted,
+            given_back: None,
         });
         let planned = ttl.mul_f64(self.rng.random_range(0.0..3.0));
         let until = Instant::now() + planned;
@@ -124,6 +125,10 @@ impl Client {
         } else {
             drop(guard);
         }
+        self.history
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .given_back(hold);
     }
 
     fn record_error(&self, error: &Error) {

@@ -3,6 +3,7 @@
 //! the run's seed; then the checks.
 
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::audit;
 use crate::faults::{self, FASTEST_SAFE_RATE, NORMAL_LATENCY};
 use crate::history::{History, Violation};
 use crate::net::Network;
@@ -29,6 +31,10 @@ const EPOCH: Duration = Duration::from_secs(1_800_000_000);
 /// down.
 const SETTLE: Duration = Duration::from_secs(4);
 
+/// The rate of the fast node in the `fast` scenario: a key set for a ttl
+/// lives two thirds of it there.
+const FAST_NODE_RATE: f64 = 1.5;
+
 /// What a client's shutdown may take.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,10 +46,15 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 pub struct Scenario {
     pub nodes: usize,
     pub clients: usize,
+    /// Tasks per client, taking locks at once through the client.
+    pub workers: usize,
     /// Simulated time the workload runs for.
     pub duration: Duration,
     /// Whether faults are injected.
     pub faults: bool,
+    /// The rate of node 0's clock, when it runs fast beyond the drift
+    /// allowance (which the client guards once it has read the rate).
+    pub fast_node: Option<f64>,
 }
 
 impl Scenario {
@@ -52,13 +63,17 @@ impl Scenario {
         Scenario {
             nodes: 5,
             clients: 4,
+            workers: 1,
             duration: Duration::from_secs(30),
             faults: true,
+            fast_node: None,
         }
     }
 
     /// A named scenario (`standard`, `calm`: no faults, `short`: 3 nodes,
-    /// 3 clients, 5 s with faults).
+    /// 3 clients, 5 s with faults, `busy`: no faults, 3 nodes, 2 clients of
+    /// 16 tasks each, 10 s (the clients batch), `fast`: faults and node 0's
+    /// clock 1.5 times fast).
     pub fn named(name: &str) -> Option<Self> {
         let standard = Scenario::standard();
         match name {
@@ -70,8 +85,22 @@ impl Scenario {
             "short" => Some(Scenario {
                 nodes: 3,
                 clients: 3,
+                workers: 1,
                 duration: Duration::from_secs(5),
                 faults: true,
+                fast_node: None,
+            }),
+            "busy" => Some(Scenario {
+                nodes: 3,
+                clients: 2,
+                workers: 16,
+                duration: Duration::from_secs(10),
+                faults: false,
+                fast_node: None,
+            }),
+            "fast" => Some(Scenario {
+                fast_node: Some(FAST_NODE_RATE),
+                ..standard
             }),
             _ => None,
         }
@@ -123,7 +152,7 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     let net = Network::new(rng.random(), NORMAL_LATENCY);
     let start = Instant::now();
     RUN_START.set(Some(start));
-    let nodes = Nodes::start(&net, &mut rng, scenario.nodes, start);
+    let nodes = Nodes::start(&net, &mut rng, scenario, start);
     let history = Arc::new(Mutex::new(History::new(start)));
     let end = start + scenario.duration;
     let mut clients = Vec::new();
@@ -138,10 +167,11 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
             .dialer(dialer)
             .build()
             .expect("the simulated clients' settings are valid");
-        let client = Client::new(id, redlock, rng.random(), Arc::clone(&history), end);
-        clients.push(tokio::spawn(
-            client.run().instrument(tracing::info_span!("client", id)),
-        ));
+        for worker in 0..scenario.workers {
+            let client = Client::new(id, redlock.clone(), rng.random(), Arc::clone(&history), end);
+            let span = tracing::info_span!("client", id, worker);
+            clients.push(tokio::spawn(client.run().instrument(span)));
+        }
     }
     if scenario.faults {
         tokio::spawn(faults::inject(
@@ -152,14 +182,30 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
             end,
         ));
     }
+    let stop_audit = Arc::new(AtomicBool::new(false));
+    let audit = (!scenario.faults).then(|| {
+        tokio::spawn(audit::audit(
+            nodes.clone(),
+            Arc::clone(&history),
+            Arc::clone(&stop_audit),
+        ))
+    });
+    // One handle per client (its workers share it) for the shutdown.
     let mut redlocks = Vec::new();
-    for client in clients {
-        redlocks.push(client.await.expect("a client's task panicked"));
+    for (i, client) in clients.into_iter().enumerate() {
+        let redlock = client.await.expect("a client's task panicked");
+        if i % scenario.workers == 0 {
+            redlocks.push(redlock);
+        }
     }
+    stop_audit.store(true, Ordering::Relaxed);
+    let mut violations = match audit {
+        Some(audit) => audit.await.expect("the auditor panicked"),
+        None => Vec::new(),
+    };
     // Every fault has healed once its own time is up; then the work in
     // flight settles, and the clients shut down.
     tokio::time::sleep(SETTLE).await;
-    let mut violations = Vec::new();
     for (client, redlock) in redlocks.iter().enumerate() {
         let report = redlock.shutdown(SHUTDOWN_TIMEOUT).await;
         if !report.is_complete() {
@@ -235,14 +281,18 @@ struct Slot {
 }
 
 impl Nodes {
-    fn start(net: &Network, rng: &mut StdRng, count: usize, start: Instant) -> Nodes {
+    fn start(net: &Network, rng: &mut StdRng, scenario: &Scenario, start: Instant) -> Nodes {
+        let count = scenario.nodes;
         let epoch_ms = u64::try_from(EPOCH.as_millis()).unwrap_or(u64::MAX);
         let slots = (0..count)
             .map(|i| {
-                let clock = NodeClock {
+                let mut clock = NodeClock {
                     offset_ms: rng.random_range(-5_000..5_000),
                     rate: rng.random_range(1.0 / FASTEST_SAFE_RATE..FASTEST_SAFE_RATE),
                 };
+                if let (0, Some(rate)) = (i, scenario.fast_node) {
+                    clock.rate = rate;
+                }
                 let address = format!("n{i}:6379");
                 Slot {
                     node: SimNode::new(&address, epoch_ms, start, clock),
@@ -339,6 +389,20 @@ impl Nodes {
                 });
             }
         });
+    }
+
+    /// Every lock key on a node that is up: (node, key, token).
+    pub fn lock_keys(&self, resources: &[&str]) -> Vec<(String, String, String)> {
+        let slots = self.slots();
+        let mut keys = Vec::new();
+        for slot in slots.iter().filter(|s| s.up) {
+            for (key, value) in slot.node.live_keys() {
+                if resources.contains(&key.as_str()) {
+                    keys.push((slot.address.clone(), key, value));
+                }
+            }
+        }
+        keys
     }
 
     /// Lock keys (a resource's own key) still on a node.
