@@ -59,6 +59,10 @@ pub enum Violation {
         key: String,
         value: String,
     },
+    /// A client waited in vain for a lock once every fault had healed.
+    NotServed { client: usize, error: String },
+    /// An attempt reported the nodes unreachable in a run with no fault.
+    FalseUnreachable { count: u64 },
     /// A client's shutdown did not finish its work.
     Shutdown { client: usize, report: String },
     /// A lock key stayed on a node longer than the work that removes it
@@ -99,6 +103,18 @@ impl fmt::Display for Violation {
             }
             Violation::Shutdown { client, report } => {
                 write!(f, "client {client} shut down incompletely: {report}")
+            }
+            Violation::NotServed { client, error } => {
+                write!(
+                    f,
+                    "client {client} was not served once the faults healed: {error}"
+                )
+            }
+            Violation::FalseUnreachable { count } => {
+                write!(
+                    f,
+                    "{count} attempt(s) reported the nodes unreachable with no fault"
+                )
             }
             Violation::Stale {
                 node,

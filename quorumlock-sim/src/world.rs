@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use quorumlock::Redlock;
 use quorumlock::sim::{Dialer, Stream};
+use quorumlock::{LockOptions, Redlock};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
@@ -34,6 +34,13 @@ const SETTLE: Duration = Duration::from_secs(4);
 /// The rate of the fast node in the `fast` scenario: a key set for a ttl
 /// lives two thirds of it there.
 const FAST_NODE_RATE: f64 = 1.5;
+
+/// How long each client may wait for a lock once the faults healed: the
+/// clients hand it on one after another, each within a few round trips.
+const SERVED_WITHIN: Duration = Duration::from_secs(10);
+
+/// The ttl of the locks taken once the faults healed.
+const SERVED_TTL: Duration = Duration::from_millis(500);
 
 /// What a client's shutdown may take.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -206,6 +213,7 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     // Every fault has healed once its own time is up; then the work in
     // flight settles, and the clients shut down.
     tokio::time::sleep(SETTLE).await;
+    violations.extend(served_after_healing(&redlocks).await);
     for (client, redlock) in redlocks.iter().enumerate() {
         let report = redlock.shutdown(SHUTDOWN_TIMEOUT).await;
         if !report.is_complete() {
@@ -219,6 +227,9 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     violations.extend(history.check());
     if !scenario.faults {
         violations.extend(nodes.leftovers());
+        if let Some(count) = history.errors.get("Unreachable") {
+            violations.push(Violation::FalseUnreachable { count: *count });
+        }
     }
     Outcome {
         violations,
@@ -228,6 +239,33 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
         refused: history.refused,
         errors: history.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
     }
+}
+
+/// Every client, all at once, waits for one lock once the faults have
+/// healed: each must get it within [`SERVED_WITHIN`] (liveness).
+async fn served_after_healing(redlocks: &[Redlock]) -> Vec<Violation> {
+    let waits = redlocks.iter().enumerate().map(|(client, redlock)| async move {
+        let options = LockOptions::new().wait(SERVED_WITHIN);
+        let outcome = match redlock.with_options(options) {
+            Ok(waiter) => waiter.lock(RESOURCES[0], SERVED_TTL).await,
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Ok(guard) => {
+                let _ = guard.release().await;
+                None
+            }
+            Err(error) => Some(Violation::NotServed {
+                client,
+                error: error.to_string(),
+            }),
+        }
+    });
+    futures::future::join_all(waits)
+        .await
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 /// A hash of the run's history and network trace (FNV-1a: the same on
