@@ -16,7 +16,7 @@ mkdir -p "$work"
 declare -A scenario=(
   [heal_after_release]=calm
   [release_without_owner_check]=standard
-  [validity_without_drift]=standard
+  [validity_without_drift]=expiry
   [refused_attempt_not_undone]=calm
   [batch_release_before_its_set]=busy
   [fast_clock_ignored]=fast
@@ -46,8 +46,9 @@ for line in open(log):
     if line.startswith("  ") and not line.startswith("  replay"):
         first_problem = line.strip()
         break
-# From each start, the seeds a search runs until it meets a finding seed.
-needed = [next(f - s + 1 for f in failing if f >= s) for s in range(seeds) if failing and failing[-1] >= s]
+# From each start, the seeds a search runs until it meets a finding seed,
+# the range taken as a ring (a search past the last seed goes on at 0).
+needed = [min((f - s) % seeds for f in failing) + 1 for s in range(seeds)] if failing else []
 median = statistics.median(needed) if needed else None
 print(f"{mutant} ({scenario}): {len(failing)} of {seeds} seeds found it; first seed "
       f"{failing[0] if failing else '-'}; median seeds to find it {median if median is not None else '-'}")

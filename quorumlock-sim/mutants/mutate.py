@@ -32,11 +32,14 @@ MUTANTS = {
          "    elseif value then"),
     ],
     # The validity is `ttl - elapsed`, without the drift allowance.
-    "validity_without_drift": [(
-        LIB + "lock/lease.rs",
-        "        .checked_sub(drift)\n",
-        "        .checked_sub(drift * 0)\n",
-    )],
+    "validity_without_drift": [
+        (LIB + "lock/lease.rs",
+         "        .checked_sub(drift)\n",
+         "        .checked_sub(drift * 0)\n"),
+        (LIB + "lock/lease.rs",
+         "self.life.saturating_sub(self.drift)",
+         "self.life.saturating_sub(self.drift * 0)"),
+    ],
     # A refused attempt leaves the keys it did get.
     "refused_attempt_not_undone": [(
         LIB + "backend/redlock/attempt.rs",

@@ -3,6 +3,8 @@
 //! few round trips (a release confirmed by a majority finishes on the others
 //! in the background), and so are a refused attempt's (its undo). A key that
 //! outlives [`GRACE`] is work the library failed to do or did out of order.
+//! A paused node does nothing, so its keys are timed from when it resumed
+//! (the node must not be paused now: it is then not audited).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,7 +43,11 @@ pub async fn audit(nodes: Nodes, history: Arc<Mutex<History>>, stop: Arc<AtomicB
                     .get(&(node.clone(), key.clone(), token.clone()))
                     .unwrap_or(&now),
             };
-            let age = now.saturating_sub(since);
+            // Work owed to a paused node waits for it to resume.
+            let resumed = nodes
+                .resumed_at(&node)
+                .map_or(Duration::ZERO, |at| history.since_start(at));
+            let age = now.saturating_sub(since.max(resumed));
             if age > GRACE {
                 let whose = match history.by_token(&token) {
                     Some(hold) => format!(

@@ -37,6 +37,18 @@ const SLOW_LATENCY: Latency = Latency {
     max: Duration::from_millis(40),
 };
 
+/// Which faults a scenario injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultSet {
+    /// None: every node and link healthy throughout.
+    None,
+    /// Node pauses only: connections stay up and requests wait in order,
+    /// so work owed to a node is only delayed until it resumes.
+    Pauses,
+    /// Every fault of this module.
+    All,
+}
+
 /// One fault, on what it acts.
 #[derive(Clone, Debug)]
 enum Fault {
@@ -49,7 +61,7 @@ enum Fault {
 }
 
 /// Injects faults at random moments until `end`, then heals everything.
-pub async fn inject(seed: u64, net: Network, nodes: Nodes, clients: usize, end: Instant) {
+pub async fn inject(seed: u64, set: FaultSet, net: Network, nodes: Nodes, clients: usize, end: Instant) {
     let mut rng = StdRng::seed_from_u64(seed);
     while Instant::now() < end {
         let gap = Duration::from_millis(rng.random_range(50..1_500));
@@ -57,7 +69,13 @@ pub async fn inject(seed: u64, net: Network, nodes: Nodes, clients: usize, end: 
         if Instant::now() >= end {
             break;
         }
-        let fault = pick(&mut rng, &nodes, clients);
+        let fault = match set {
+            FaultSet::None => return,
+            FaultSet::Pauses => Fault::Pause {
+                node: nodes.address(rng.random_range(0..nodes.len())),
+            },
+            FaultSet::All => pick(&mut rng, &nodes, clients),
+        };
         let lasts = match fault {
             Fault::Crash {
                 persistence: false, ..
@@ -114,7 +132,7 @@ fn stop(fault: &Fault, net: &Network, nodes: &Nodes) {
         Fault::Partition { client, node } => net.heal(client, node),
         Fault::BlackHole { node } => net.unblack_hole(node),
         Fault::Reset { .. } => {}
-        Fault::Pause { node } => nodes.by_address(node).resume(),
+        Fault::Pause { node } => nodes.resume(node),
         Fault::Crash { node, .. } => nodes.restart(*node),
     }
 }

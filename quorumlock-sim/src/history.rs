@@ -156,6 +156,12 @@ impl History {
         self.start.map_or(Duration::ZERO, |start| start.elapsed())
     }
 
+    /// `at` on the simulator's clock.
+    pub fn since_start(&self, at: Instant) -> Duration {
+        self.start
+            .map_or(Duration::ZERO, |start| at.saturating_duration_since(start))
+    }
+
     /// Records a granted hold; returns its index for its steps.
     pub fn hold(&mut self, hold: Hold) -> usize {
         self.holds.push(hold);

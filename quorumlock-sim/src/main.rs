@@ -10,6 +10,9 @@ use std::time::Instant;
 
 use quorumlock_sim::{Scenario, run};
 
+/// Problems printed per failing seed.
+const SHOWN_PROBLEMS: usize = 5;
+
 struct Args {
     seeds: Range<u64>,
     scenario: String,
@@ -98,10 +101,13 @@ fn main() -> ExitCode {
                         }
                     }
                     if !problems.is_empty() {
+                        // The first few: the rest are usually the same
+                        // bug seen again, and the replay shows them all.
+                        let shown = problems.len().min(SHOWN_PROBLEMS);
                         eprintln!(
-                            "seed {seed}: {} problem(s)\n  {}\n  replay: cargo run --release -p quorumlock-sim -- --seeds {seed} --scenario {}",
+                            "seed {seed}: {} problem(s)\n  {}\n  replay: cargo run --release -p quorumlock-sim -- --seeds {seed} --scenario {} --log quorumlock=debug",
                             problems.len(),
-                            problems.join("\n  "),
+                            problems[..shown].join("\n  "),
                             args.scenario
                         );
                         failed.lock().unwrap_or_else(|e| e.into_inner()).push(seed);

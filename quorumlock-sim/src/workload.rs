@@ -23,6 +23,24 @@ const TTLS_MS: [u64; 5] = [60, 150, 400, 1_000, 3_000];
 /// The longest a step of work under a lock lasts.
 const STEP_MAX_MS: u64 = 20;
 
+/// How the clients take locks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// Every kind of lock, at random (see the module docs).
+    Mixed,
+    /// One resource, a long ttl without renewal, held in 1 ms steps to the
+    /// very end of its validity, while the others wait retrying every few
+    /// ms: what shows a validity that trusts a key longer than the nodes
+    /// keep it.
+    Expiry,
+}
+
+/// The ttl of an [`Style::Expiry`] lock.
+const EXPIRY_TTL: Duration = Duration::from_secs(3);
+
+/// How often an [`Style::Expiry`] waiter tries (jittered by half).
+const EXPIRY_RETRY: Duration = Duration::from_millis(3);
+
 /// What one client does until `end`.
 pub struct Client {
     pub id: usize,
@@ -30,16 +48,24 @@ pub struct Client {
     pub rng: StdRng,
     pub history: Arc<Mutex<History>>,
     pub end: Instant,
+    pub style: Style,
 }
 
 impl Client {
-    pub fn new(id: usize, redlock: Redlock, seed: u64, history: Arc<Mutex<History>>, end: Instant) -> Self {
+    pub fn new(
+        id: usize,
+        redlock: Redlock,
+        seed: u64,
+        history: Arc<Mutex<History>>,
+        (end, style): (Instant, Style),
+    ) -> Self {
         Client {
             id,
             redlock,
             rng: StdRng::seed_from_u64(seed),
             history,
             end,
+            style,
         }
     }
 
@@ -58,6 +84,14 @@ impl Client {
     }
 
     async fn one_lock(&mut self) {
+        if self.style == Style::Expiry {
+            let resources = vec![RESOURCES[0].to_owned()];
+            let options = LockOptions::new()
+                .auto_renew(false)
+                .wait(EXPIRY_TTL * 2)
+                .retry_delay(EXPIRY_RETRY);
+            return self.lock_with(options, resources, EXPIRY_TTL).await;
+        }
         let resources = self.resources();
         let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
         let mut options = LockOptions::new()
@@ -69,6 +103,11 @@ impl Client {
         } else {
             options.max_attempts(1)
         };
+        self.lock_with(options, resources, ttl).await;
+    }
+
+    /// Takes the lock with `options` and works under it.
+    async fn lock_with(&mut self, options: LockOptions, resources: Vec<String>, ttl: Duration) {
         let client = match self.redlock.with_options(options) {
             Ok(client) => client,
             Err(error) => return self.record_error(&error),
@@ -104,10 +143,16 @@ impl Client {
             granted,
             given_back: None,
         });
-        let planned = ttl.mul_f64(self.rng.random_range(0.0..3.0));
+        let planned = match self.style {
+            Style::Mixed => ttl.mul_f64(self.rng.random_range(0.0..3.0)),
+            Style::Expiry => ttl * 2,
+        };
         let until = Instant::now() + planned;
         while Instant::now() < until {
-            let step = Duration::from_millis(self.rng.random_range(1..=STEP_MAX_MS));
+            let step = match self.style {
+                Style::Mixed => Duration::from_millis(self.rng.random_range(1..=STEP_MAX_MS)),
+                Style::Expiry => Duration::from_millis(1),
+            };
             if !guard.is_held() || guard.remaining() < step {
                 break;
             }

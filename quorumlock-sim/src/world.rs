@@ -16,11 +16,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::audit;
-use crate::faults::{self, FASTEST_SAFE_RATE, NORMAL_LATENCY};
+use crate::faults::{self, FASTEST_SAFE_RATE, FaultSet, NORMAL_LATENCY};
 use crate::history::{History, Violation};
-use crate::net::Network;
+use crate::net::{Latency, Network};
 use crate::node::{NodeClock, SimNode};
-use crate::workload::{Client, RESOURCES};
+use crate::workload::{Client, RESOURCES, Style};
 
 /// The wall clock at a run's start, as the client and the nodes read it:
 /// fixed, so that a run is the same whenever it is replayed.
@@ -42,6 +42,14 @@ const SERVED_WITHIN: Duration = Duration::from_secs(10);
 /// The ttl of the locks taken once the faults healed.
 const SERVED_TTL: Duration = Duration::from_millis(500);
 
+/// The calm scenario's links: delays spread widely enough that two clients'
+/// requests reach the nodes in different orders, so that attempts split
+/// the votes and must undo what they got.
+const JITTERY_LATENCY: Latency = Latency {
+    min: Duration::from_micros(50),
+    max: Duration::from_millis(6),
+};
+
 /// What a client's shutdown may take.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -57,11 +65,16 @@ pub struct Scenario {
     pub workers: usize,
     /// Simulated time the workload runs for.
     pub duration: Duration,
-    /// Whether faults are injected.
-    pub faults: bool,
+    /// Which faults are injected.
+    pub faults: FaultSet,
+    /// The one-way delay of every link.
+    pub latency: Latency,
     /// The rate of node 0's clock, when it runs fast beyond the drift
     /// allowance (which the client guards once it has read the rate).
     pub fast_node: Option<f64>,
+    /// The rate of every node's clock, when not drawn at random.
+    pub node_rate: Option<f64>,
+    pub style: Style,
 }
 
 impl Scenario {
@@ -72,21 +85,28 @@ impl Scenario {
             clients: 4,
             workers: 1,
             duration: Duration::from_secs(30),
-            faults: true,
+            faults: FaultSet::All,
+            latency: NORMAL_LATENCY,
             fast_node: None,
+            node_rate: None,
+            style: Style::Mixed,
         }
     }
 
-    /// A named scenario (`standard`, `calm`: no faults, `short`: 3 nodes,
-    /// 3 clients, 5 s with faults, `busy`: no faults, 3 nodes, 2 clients of
-    /// 16 tasks each, 10 s (the clients batch), `fast`: faults and node 0's
-    /// clock 1.5 times fast).
+    /// A named scenario (`standard`, `calm`: no faults and links of widely
+    /// spread delays, `short`: 3 nodes, 3 clients, 5 s with faults, `busy`:
+    /// node pauses only, 3 nodes, 2 clients of 16 tasks each, 10 s (the
+    /// clients batch), `expiry`: 3 nodes whose
+    /// clocks run as fast as the drift allowance covers, 3 clients racing for
+    /// one long lock held to the end of its validity (`Style::Expiry`),
+    /// `fast`: faults and node 0's clock 1.5 times fast).
     pub fn named(name: &str) -> Option<Self> {
         let standard = Scenario::standard();
         match name {
             "standard" => Some(standard),
             "calm" => Some(Scenario {
-                faults: false,
+                faults: FaultSet::None,
+                latency: JITTERY_LATENCY,
                 ..standard
             }),
             "short" => Some(Scenario {
@@ -94,16 +114,25 @@ impl Scenario {
                 clients: 3,
                 workers: 1,
                 duration: Duration::from_secs(5),
-                faults: true,
-                fast_node: None,
+                faults: FaultSet::All,
+                ..standard.clone()
             }),
             "busy" => Some(Scenario {
                 nodes: 3,
                 clients: 2,
                 workers: 16,
                 duration: Duration::from_secs(10),
-                faults: false,
-                fast_node: None,
+                faults: FaultSet::Pauses,
+                ..standard.clone()
+            }),
+            "expiry" => Some(Scenario {
+                nodes: 3,
+                clients: 3,
+                duration: Duration::from_secs(1),
+                faults: FaultSet::None,
+                node_rate: Some(FASTEST_SAFE_RATE),
+                style: Style::Expiry,
+                ..standard.clone()
             }),
             "fast" => Some(Scenario {
                 fast_node: Some(FAST_NODE_RATE),
@@ -156,7 +185,7 @@ pub fn run(seed: u64, scenario: &Scenario) -> Outcome {
 async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     let _entered = quorumlock::sim::enter(seed, EPOCH);
     let mut rng = StdRng::seed_from_u64(seed);
-    let net = Network::new(rng.random(), NORMAL_LATENCY);
+    let net = Network::new(rng.random(), scenario.latency);
     let start = Instant::now();
     RUN_START.set(Some(start));
     let nodes = Nodes::start(&net, &mut rng, scenario, start);
@@ -175,14 +204,21 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
             .build()
             .expect("the simulated clients' settings are valid");
         for worker in 0..scenario.workers {
-            let client = Client::new(id, redlock.clone(), rng.random(), Arc::clone(&history), end);
+            let client = Client::new(
+                id,
+                redlock.clone(),
+                rng.random(),
+                Arc::clone(&history),
+                (end, scenario.style),
+            );
             let span = tracing::info_span!("client", id, worker);
             clients.push(tokio::spawn(client.run().instrument(span)));
         }
     }
-    if scenario.faults {
+    if scenario.faults != FaultSet::None {
         tokio::spawn(faults::inject(
             rng.random(),
+            scenario.faults,
             net.clone(),
             nodes.clone(),
             scenario.clients,
@@ -190,7 +226,7 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
         ));
     }
     let stop_audit = Arc::new(AtomicBool::new(false));
-    let audit = (!scenario.faults).then(|| {
+    let audit = (scenario.faults != FaultSet::All).then(|| {
         tokio::spawn(audit::audit(
             nodes.clone(),
             Arc::clone(&history),
@@ -225,7 +261,7 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     }
     let history = history.lock().unwrap_or_else(|e| e.into_inner());
     violations.extend(history.check());
-    if !scenario.faults {
+    if scenario.faults == FaultSet::None {
         violations.extend(nodes.leftovers());
         if let Some(count) = history.errors.get("Unreachable") {
             violations.push(Violation::FalseUnreachable { count: *count });
@@ -316,6 +352,9 @@ struct Slot {
     /// A node that lost its keys may come back only after this instant
     /// (safety's delayed restart).
     empty_until: Instant,
+    /// When the node last resumed from a pause: work owed to it could not
+    /// be done before.
+    resumed_at: Instant,
 }
 
 impl Nodes {
@@ -328,6 +367,9 @@ impl Nodes {
                     offset_ms: rng.random_range(-5_000..5_000),
                     rate: rng.random_range(1.0 / FASTEST_SAFE_RATE..FASTEST_SAFE_RATE),
                 };
+                if let Some(rate) = scenario.node_rate {
+                    clock.rate = rate;
+                }
                 if let (0, Some(rate)) = (i, scenario.fast_node) {
                     clock.rate = rate;
                 }
@@ -337,6 +379,7 @@ impl Nodes {
                     address,
                     up: false,
                     empty_until: start,
+                    resumed_at: start,
                 }
             })
             .collect();
@@ -377,6 +420,23 @@ impl Nodes {
             .find(|s| s.address == address)
             .expect("a node's own address");
         slot.node.clone()
+    }
+
+    /// Resumes the paused node at `address`.
+    pub fn resume(&self, address: &str) {
+        let mut slots = self.slots();
+        if let Some(slot) = slots.iter_mut().find(|s| s.address == address) {
+            slot.node.resume();
+            slot.resumed_at = Instant::now();
+        }
+    }
+
+    /// When the node at `address` last resumed from a pause.
+    pub fn resumed_at(&self, address: &str) -> Option<Instant> {
+        self.slots()
+            .iter()
+            .find(|s| s.address == address)
+            .map(|s| s.resumed_at)
     }
 
     /// Crashes node `i` (if up): its connections break, new ones are
@@ -429,11 +489,12 @@ impl Nodes {
         });
     }
 
-    /// Every lock key on a node that is up: (node, key, token).
+    /// Every lock key on a node that is up and not paused: (node, key,
+    /// token).
     pub fn lock_keys(&self, resources: &[&str]) -> Vec<(String, String, String)> {
         let slots = self.slots();
         let mut keys = Vec::new();
-        for slot in slots.iter().filter(|s| s.up) {
+        for slot in slots.iter().filter(|s| s.up && !s.node.is_paused()) {
             for (key, value) in slot.node.live_keys() {
                 if resources.contains(&key.as_str()) {
                     keys.push((slot.address.clone(), key, value));

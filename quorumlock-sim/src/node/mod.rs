@@ -176,6 +176,11 @@ impl SimNode {
         self.paused.update(|paused| *paused = true);
     }
 
+    /// Whether the node is paused now.
+    pub fn is_paused(&self) -> bool {
+        self.paused.get()
+    }
+
     /// Resumes a paused node: it answers what arrived meanwhile.
     pub fn resume(&self) {
         self.paused.update(|paused| *paused = false);
