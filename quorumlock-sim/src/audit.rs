@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::history::{History, Violation};
+use crate::nodes::Nodes;
 use crate::workload::RESOURCES;
-use crate::world::Nodes;
 
 /// How often the auditor looks.
 const EVERY: Duration = Duration::from_millis(25);

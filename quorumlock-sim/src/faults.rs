@@ -12,7 +12,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use crate::net::{Latency, Network};
-use crate::world::Nodes;
+use crate::nodes::Nodes;
 
 /// The fastest a node's clock may run against simulated time: within the
 /// client's default drift allowance (1 % and 2 ms), as safety assumes.

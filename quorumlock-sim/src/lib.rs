@@ -10,10 +10,13 @@ pub mod faults;
 pub mod history;
 pub mod net;
 pub mod node;
+pub mod nodes;
+pub mod scenario;
 pub mod workload;
 pub mod world;
 
-pub use world::{Outcome, Scenario, run};
+pub use scenario::Scenario;
+pub use world::{Outcome, run};
 
 #[cfg(test)]
 mod ci;
