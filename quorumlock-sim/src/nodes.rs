@@ -16,6 +16,17 @@ use crate::node::{NodeClock, SimNode};
 use crate::scenario::Scenario;
 use crate::workload::RESOURCES;
 
+/// How far a node's clock may be set from the simulation's wall clock, in
+/// ms either way: the client learns the nodes' time for its fence
+/// proposals, so it must cope with clocks that are off.
+const NODE_OFFSET_MS: i64 = 5_000;
+
+/// How far apart two acquisitions must be for fence order to hold once a
+/// node lost its fences: more than any two nodes' clocks disagree (twice
+/// the offset, and what the rates within the drift allowance add over a
+/// run of a minute).
+pub const FENCE_GAP_AFTER_DATA_LOSS: Duration = Duration::from_secs(12);
+
 /// The simulated nodes, each listening on the network while it is up.
 #[derive(Clone)]
 pub struct Nodes(Arc<Mutex<Vec<Slot>>>, Network);
@@ -30,6 +41,8 @@ struct Slot {
     /// When the node last resumed from a pause: work owed to it could not
     /// be done before.
     resumed_at: Instant,
+    /// It restarted without its keys and fences at least once.
+    lost_data: bool,
 }
 
 impl Nodes {
@@ -44,7 +57,7 @@ impl Nodes {
         let slots = (0..count)
             .map(|i| {
                 let mut clock = NodeClock {
-                    offset_ms: rng.random_range(-5_000..5_000),
+                    offset_ms: rng.random_range(-NODE_OFFSET_MS..NODE_OFFSET_MS),
                     rate: rng.random_range(1.0 / FASTEST_SAFE_RATE..FASTEST_SAFE_RATE),
                 };
                 if let Some(rate) = scenario.node_rate {
@@ -60,6 +73,7 @@ impl Nodes {
                     up: false,
                     empty_until: start,
                     resumed_at: start,
+                    lost_data: false,
                 }
             })
             .collect();
@@ -102,6 +116,11 @@ impl Nodes {
         slot.node.clone()
     }
 
+    /// Whether any node restarted without its keys and fences.
+    pub fn lost_data(&self) -> bool {
+        self.slots().iter().any(|s| s.lost_data)
+    }
+
     /// Resumes the paused node at `address`.
     pub fn resume(&self, address: &str) {
         let mut slots = self.slots();
@@ -133,6 +152,7 @@ impl Nodes {
         self.1.reset_connections(&slot.address);
         if !persistence {
             slot.empty_until = Instant::now() + faults::EMPTY_RESTART_AFTER;
+            slot.lost_data = true;
         }
     }
 

@@ -20,7 +20,7 @@ use crate::audit;
 use crate::faults::{self, FaultSet};
 use crate::history::{History, Violation};
 use crate::net::Network;
-use crate::nodes::Nodes;
+use crate::nodes::{FENCE_GAP_AFTER_DATA_LOSS, Nodes};
 use crate::scenario::Scenario;
 use crate::workload::{Client, RESOURCES};
 
@@ -131,7 +131,12 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     violations.extend(served_after_healing(&redlocks).await);
     violations.extend(shut_down(&redlocks).await);
     let history = history.lock().unwrap_or_else(|e| e.into_inner());
-    violations.extend(history.check());
+    let fence_gap = if nodes.lost_data() {
+        FENCE_GAP_AFTER_DATA_LOSS
+    } else {
+        Duration::ZERO
+    };
+    violations.extend(history.check(fence_gap));
     if scenario.faults == FaultSet::None {
         violations.extend(nodes.leftovers());
         if let Some(count) = history.errors.get("Unreachable") {
