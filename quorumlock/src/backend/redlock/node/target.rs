@@ -63,8 +63,9 @@ impl SentinelMaster {
 }
 
 impl Target {
-    /// A request connection to the server (see `Conn`), its connect
-    /// bounded by `timeout`.
+    /// A request connection to the server (see `Conn`). `timeout` bounds a
+    /// Sentinel lookup and a dialer's connect; a TCP connect is bounded by
+    /// `config`'s connection timeout, the same value.
     pub(crate) async fn connect(
         &self,
         timeout: Duration,
@@ -78,8 +79,8 @@ impl Target {
         client.get_multiplexed_async_connection_with_config(config).await
     }
 
-    /// A pub/sub connection to the server, its connect bounded by the
-    /// caller.
+    /// A pub/sub connection to the server (`timeout` as for
+    /// [`Target::connect`]; the caller bounds the TCP connect).
     pub(crate) async fn pubsub(&self, timeout: Duration) -> RedisResult<PubSub> {
         #[cfg(feature = "sim")]
         if let Target::Dialed(dialed) = self {
