@@ -94,7 +94,9 @@ pub fn enter(seed: u64, epoch: Duration) -> Entered {
             start: Instant::now(),
         });
     });
-    Entered { _thread_bound: std::marker::PhantomData }
+    Entered {
+        _thread_bound: std::marker::PhantomData,
+    }
 }
 
 /// A thread's place in a simulation (see [`enter`]); leaves it when dropped.

@@ -22,10 +22,10 @@ use std::time::Duration;
 
 use crate::backend::redlock::wire::keys::{self, RESERVED_PREFIX};
 use crate::client::Redlock;
-use crate::random;
 use crate::error::{Error, Result, Setting};
 use crate::lock::guard::Guard;
 use crate::lock::resources::{MAX_RESOURCES, Resources};
+use crate::random;
 
 pub use self::permit::Permit;
 

@@ -19,8 +19,8 @@ use crate::lock::guard::Guard;
 use crate::lock::resources::Resources;
 use crate::lock::state::{Granted, Held};
 use crate::options::LockOptions;
-use crate::{random, wall_clock};
 use crate::tasks::BackgroundWork;
+use crate::{random, wall_clock};
 
 /// One acquisition attempt on `resources`, of the given `kind` (a waiter's
 /// attempt also queues the waiter where the resource is held: see

@@ -151,10 +151,9 @@ impl Conn {
         Fut: Future<Output = RedisResult<R>> + Send + 'static,
     {
         let mut slot = self.slot.lock().await;
-        if slot
-            .as_ref()
-            .is_some_and(|live| live.runtime_alive.is_finished() || live.health.broken.load(Ordering::Acquire))
-        {
+        if slot.as_ref().is_some_and(|live| {
+            live.runtime_alive.is_finished() || live.health.broken.load(Ordering::Acquire)
+        }) {
             *slot = None;
         }
         if slot

@@ -67,10 +67,16 @@ mod tests {
         let count = Arc::new(Count::default());
         count.bump();
         let mut watcher = count.watch();
-        assert!(futures::poll!(Box::pin(watcher.changed())).is_pending(), "old news");
+        assert!(
+            futures::poll!(Box::pin(watcher.changed())).is_pending(),
+            "old news"
+        );
         count.bump();
         watcher.changed().await;
-        assert!(futures::poll!(Box::pin(watcher.changed())).is_pending(), "seen once");
+        assert!(
+            futures::poll!(Box::pin(watcher.changed())).is_pending(),
+            "seen once"
+        );
         let mut waiting = Box::pin(watcher.changed());
         assert!(futures::poll!(waiting.as_mut()).is_pending());
         count.bump();

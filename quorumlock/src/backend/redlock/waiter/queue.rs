@@ -31,8 +31,8 @@ use crate::backend::redlock::quorum::Quorum;
 use crate::backend::redlock::wire::keys;
 use crate::backend::redlock::wire::queue::{self, QueueEntry, Register, Unregister};
 use crate::config::QUEUE_MARGIN;
-use crate::{metrics, random, wall_clock};
 use crate::tasks::BackgroundWork;
+use crate::{metrics, random, wall_clock};
 
 /// Per-client hand-off state, shared by all its waiters.
 #[derive(Debug, Default)]

@@ -16,9 +16,9 @@ use super::keys;
 use super::lock::{Acquire, Release, set_nx};
 use super::queue::announce_lua;
 use super::reply::{integers, set_nx_granted, wrong_reply_count};
-use crate::wall_clock::unix_ms;
 use super::request::Request;
 use super::script::script;
+use crate::wall_clock::unix_ms;
 
 /// Requests per batch. Redis serves nothing else while a script runs; 512
 /// single-key releases take well under a millisecond.

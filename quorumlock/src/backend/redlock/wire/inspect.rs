@@ -5,9 +5,9 @@ use redis::{Cmd, RedisResult, Value};
 
 use super::queue::announce_lua;
 use super::reply::{unexpected, wrong_reply_count};
-use crate::wall_clock::unix_ms;
 use super::request::Request;
 use super::script::script;
+use crate::wall_clock::unix_ms;
 
 script! {
     /// Reads a lock key and its hand-off queue in one step: the key's type,

@@ -8,10 +8,10 @@ use redis::{Cmd, RedisResult, Value};
 use super::fence::{FenceAsk, FenceRead};
 use super::queue::{self, QueueEntry, announce_lua};
 use super::reply::{count, integer, set_nx_granted};
-use crate::wall_clock::unix_ms;
 use super::request::Request;
 use super::script::script;
 use super::{fence, keys};
+use crate::wall_clock::unix_ms;
 
 script! {
     /// Sets every key to the token with a ttl, or none of them when any key exists.
