@@ -164,7 +164,7 @@ lane_b() {
     # The default members and the Python package's extension (not a default
     # member, so that a plain `cargo build` needs no Python); the model.
     step nice -n 19 cargo clippy --all-targets --all-features -p quorumlock -p quorumlock-cli \
-      -p quorumlock-testkit -p quorumlock-py -- -D warnings || failed=$((failed + 1))
+      -p quorumlock-testkit -p quorumlock-py -p quorumlock-sim -- -D warnings || failed=$((failed + 1))
     step nice -n 19 cargo clippy -p quorumlock-model --all-targets -- -D warnings || failed=$((failed + 1))
   else
     echo "clippy not installed: skipping lints" >&2
