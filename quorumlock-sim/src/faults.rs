@@ -13,41 +13,16 @@ use tokio::time::Instant;
 
 use crate::net::{Latency, Network};
 use crate::nodes::Nodes;
-
-/// The fastest a node's clock may run against simulated time: within the
-/// client's default drift allowance (1 % and 2 ms), as safety assumes.
-pub const FASTEST_SAFE_RATE: f64 = 1.009;
-
-/// A restart without persistence comes back only after this long: longer
-/// than the largest ttl the workload uses, with the drift on top.
-pub const EMPTY_RESTART_AFTER: Duration = Duration::from_millis(3_200);
+use crate::scenario::{EMPTY_RESTART_AFTER, FaultSet, NORMAL_LATENCY};
 
 /// The longest a fault other than an empty restart lasts.
 const FAULT_MAX: Duration = Duration::from_millis(2_500);
-
-/// The network's usual one-way delay on loopback-like links.
-pub const NORMAL_LATENCY: Latency = Latency {
-    min: Duration::from_micros(50),
-    max: Duration::from_micros(400),
-};
 
 /// A slow link's one-way delay.
 const SLOW_LATENCY: Latency = Latency {
     min: Duration::from_millis(2),
     max: Duration::from_millis(40),
 };
-
-/// Which faults a scenario injects.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FaultSet {
-    /// None: every node and link healthy throughout.
-    None,
-    /// Node pauses only: connections stay up and requests wait in order,
-    /// so work owed to a node is only delayed until it resumes.
-    Pauses,
-    /// Every fault of this module.
-    All,
-}
 
 /// One fault, on what it acts.
 #[derive(Clone, Debug)]

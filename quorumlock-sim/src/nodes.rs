@@ -9,11 +9,11 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
-use crate::faults::{self, FASTEST_SAFE_RATE};
 use crate::history::Violation;
 use crate::net::Network;
 use crate::node::{NodeClock, SimNode};
 use crate::scenario::Scenario;
+use crate::scenario::{EMPTY_RESTART_AFTER, FASTEST_SAFE_RATE};
 use crate::workload::RESOURCES;
 
 /// How far a node's clock may be set from the simulation's wall clock, in
@@ -151,7 +151,7 @@ impl Nodes {
         self.1.close_listener(&slot.address);
         self.1.reset_connections(&slot.address);
         if !persistence {
-            slot.empty_until = Instant::now() + faults::EMPTY_RESTART_AFTER;
+            slot.empty_until = Instant::now() + EMPTY_RESTART_AFTER;
             slot.lost_data = true;
         }
     }

@@ -3,9 +3,34 @@
 
 use std::time::Duration;
 
-use crate::faults::{FASTEST_SAFE_RATE, FaultSet, NORMAL_LATENCY};
 use crate::net::Latency;
 use crate::workload::Style;
+
+/// The fastest a node's clock may run against simulated time: within the
+/// client's default drift allowance (1 % and 2 ms), as safety assumes.
+pub const FASTEST_SAFE_RATE: f64 = 1.009;
+
+/// A restart without persistence comes back only after this long: longer
+/// than the largest ttl the workload uses, with the drift on top.
+pub const EMPTY_RESTART_AFTER: Duration = Duration::from_millis(3_200);
+
+/// The network's usual one-way delay on loopback-like links.
+pub const NORMAL_LATENCY: Latency = Latency {
+    min: Duration::from_micros(50),
+    max: Duration::from_micros(400),
+};
+
+/// Which faults a scenario injects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FaultSet {
+    /// None: every node and link healthy throughout.
+    None,
+    /// Node pauses only: connections stay up and requests wait in order,
+    /// so work owed to a node is only delayed until it resumes.
+    Pauses,
+    /// Every fault of this module.
+    All,
+}
 
 /// The rate of the fast node in the `fast` scenario: a key set for a ttl
 /// lives two thirds of it there.

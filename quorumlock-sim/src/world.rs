@@ -17,10 +17,11 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::audit;
-use crate::faults::{self, FaultSet};
+use crate::faults;
 use crate::history::{History, Violation};
 use crate::net::Network;
 use crate::nodes::{FENCE_GAP_AFTER_DATA_LOSS, Nodes};
+use crate::scenario::FaultSet;
 use crate::scenario::Scenario;
 use crate::workload::{Client, RESOURCES};
 
