@@ -1,32 +1,16 @@
-//! The command table and the commands on keys and strings, with Redis
-//! 7.0's replies and error texts.
+//! The command table and the data commands on keys, with Redis 7.0's
+//! replies.
 //!
 //! A command reaches [`run`] after its caller (a connection or a script)
 //! checked its name and arity against [`lookup`]: connection and scripting
 //! commands never get here.
 
-use std::collections::BTreeMap;
-
-use tokio::sync::mpsc::UnboundedSender;
-
+use super::errors::{NOT_INT, SYNTAX, WRONGTYPE, unknown_subcommand, wrong_arity};
 use super::keyspace::{Data, Entry, Keyspace};
 use super::num::parse_int;
-use super::resp::Reply;
+use super::resp::{Reply, count};
+use super::store::{Ctx, DATABASES};
 use super::zset;
-
-/// How many databases a node has (Redis' default `databases 16`).
-pub const DATABASES: usize = 16;
-
-/// `WRONGTYPE`.
-pub const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-/// A bad integer argument.
-pub const NOT_INT: &str = "ERR value is not an integer or out of range";
-/// A bad option.
-pub const SYNTAX: &str = "ERR syntax error";
-
-/// Writes between two sweeps of expired keys: keys that are never read
-/// again must not pile up over a long simulation.
-const SWEEP_EVERY: u64 = 1024;
 
 /// A command: its name, arity (Redis' convention: `n` exactly, `-n` at
 /// least) and whether scripts may call it.
@@ -117,134 +101,6 @@ pub fn lookup(name: &[u8]) -> Option<&'static Spec> {
     SPECS.iter().find(|spec| spec.name == name)
 }
 
-/// Redis' reply to a command it does not know.
-pub fn unknown_command(args: &[Vec<u8>]) -> Reply {
-    let mut quoted = String::new();
-    for arg in args.iter().skip(1) {
-        if quoted.len() >= 128 {
-            break;
-        }
-        let room = 128 - quoted.len();
-        let text = String::from_utf8_lossy(arg);
-        let cut: String = text.chars().take(room).collect();
-        quoted.push_str(&format!("'{cut}' "));
-    }
-    let name: String = args
-        .first()
-        .map(|n| String::from_utf8_lossy(n).chars().take(128).collect())
-        .unwrap_or_default();
-    Reply::err(format!(
-        "ERR unknown command '{name}', with args beginning with: {quoted}"
-    ))
-}
-
-/// Redis' reply to a wrong number of arguments (`name`: `get`, `script|load`).
-pub fn wrong_arity(name: &str) -> Reply {
-    Reply::err(format!("ERR wrong number of arguments for '{name}' command"))
-}
-
-/// Redis' reply to an unknown subcommand of `command`.
-pub fn unknown_subcommand(command: &str, sub: &[u8]) -> Reply {
-    let sub = String::from_utf8_lossy(sub);
-    Reply::err(format!(
-        "ERR unknown subcommand '{sub}'. Try {} HELP.",
-        command.to_uppercase()
-    ))
-}
-
-/// The subscribers of each channel: a sender per subscribed connection.
-#[derive(Debug, Default)]
-pub struct Channels {
-    subscribers: BTreeMap<Vec<u8>, BTreeMap<u64, UnboundedSender<Reply>>>,
-}
-
-impl Channels {
-    /// Subscribes connection `id` to `channel`.
-    pub fn subscribe(&mut self, channel: &[u8], id: u64, sender: UnboundedSender<Reply>) {
-        self.subscribers
-            .entry(channel.to_vec())
-            .or_default()
-            .insert(id, sender);
-    }
-
-    /// Unsubscribes connection `id` from `channel`.
-    pub fn unsubscribe(&mut self, channel: &[u8], id: u64) {
-        if let Some(subscribers) = self.subscribers.get_mut(channel) {
-            subscribers.remove(&id);
-            if subscribers.is_empty() {
-                self.subscribers.remove(channel);
-            }
-        }
-    }
-
-    /// Delivers `message` to `channel`'s subscribers; how many got it.
-    pub fn publish(&self, channel: &[u8], message: &[u8]) -> i64 {
-        let Some(subscribers) = self.subscribers.get(channel) else {
-            return 0;
-        };
-        let push = Reply::Array(vec![
-            Reply::bulk("message"),
-            Reply::bulk(channel),
-            Reply::bulk(message),
-        ]);
-        let delivered = subscribers.values().filter(|s| s.send(push.clone()).is_ok());
-        i64::try_from(delivered.count()).unwrap_or(i64::MAX)
-    }
-
-    /// Drops every subscription (a crash).
-    pub fn clear(&mut self) {
-        self.subscribers.clear();
-    }
-}
-
-/// A node's data: its databases and its channels.
-#[derive(Debug)]
-pub struct Store {
-    /// The databases, `SELECT`ed by index.
-    pub dbs: Vec<Keyspace>,
-    /// Pub/sub.
-    pub channels: Channels,
-    writes: u64,
-}
-
-impl Default for Store {
-    fn default() -> Self {
-        Store {
-            dbs: vec![Keyspace::default(); DATABASES],
-            channels: Channels::default(),
-            writes: 0,
-        }
-    }
-}
-
-/// What a command runs against.
-pub struct Ctx<'a> {
-    /// The node's data.
-    pub store: &'a mut Store,
-    /// The selected database.
-    pub db: usize,
-    /// The node's clock in unix ms (frozen for a script's duration).
-    pub now_ms: i64,
-    /// The node's clock in unix µs, for `TIME`.
-    pub now_us: i64,
-}
-
-impl Ctx<'_> {
-    /// The selected database.
-    pub fn keys(&mut self) -> &mut Keyspace {
-        let db = self.db.min(DATABASES - 1);
-        &mut self.store.dbs[db]
-    }
-
-    fn wrote(&mut self) {
-        self.store.writes += 1;
-        if self.store.writes.is_multiple_of(SWEEP_EVERY) {
-            let now = self.now_ms;
-            self.store.dbs.iter_mut().for_each(|db| db.sweep(now));
-        }
-    }
-}
-
 /// Runs a data command (name checked, arity checked, lowercase `name`).
 pub fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Vec<u8>]) -> Reply {
     let now = ctx.now_ms;
@@ -319,11 +175,6 @@ pub fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Vec<u8>]) -> Reply {
             reply
         }
     }
-}
-
-/// A count as an integer reply.
-pub fn count(n: usize) -> Reply {
-    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
 /// `TIME`: seconds and microseconds of the node's clock.

@@ -11,10 +11,12 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::commands::{self, NOT_INT, unknown_subcommand, wrong_arity};
+use super::commands;
+use super::errors::{NOT_INT, unknown_command, unknown_subcommand, wrong_arity};
 use super::num::parse_int;
-use super::resp::{Parsed, Reply, parse_request};
+use super::resp::{Parsed, Reply, count, parse_request};
 use super::signal::Watched;
+use super::store::Ctx;
 use super::{Inner, SimNode};
 
 /// What a connection has: its id, database and subscriptions.
@@ -202,7 +204,7 @@ impl Inner {
             return Outcome::Replies(Vec::new());
         };
         let Some(spec) = commands::lookup(first) else {
-            return commands::unknown_command(&args).into();
+            return unknown_command(&args).into();
         };
         if !spec.arity_ok(args.len()) {
             return wrong_arity(spec.name).into();
@@ -249,7 +251,7 @@ impl Inner {
             "script" => self.script(&args).into(),
             _ => {
                 let (now_ms, now_us) = (self.now_ms(), self.now_us());
-                let mut ctx = commands::Ctx {
+                let mut ctx = Ctx {
                     store: &mut self.store,
                     db: conn.db,
                     now_ms,
@@ -270,11 +272,11 @@ impl Inner {
                     .channels
                     .subscribe(channel, conn.id, conn.pushes.clone());
             }
-            let count = commands::count(conn.channels.len());
+            let subscribed = count(conn.channels.len());
             replies.push(Reply::Array(vec![
                 Reply::bulk("subscribe"),
                 Reply::bulk(channel),
-                count,
+                subscribed,
             ]));
         }
         Outcome::Replies(replies)
@@ -294,11 +296,11 @@ impl Inner {
             if conn.channels.remove(&channel) {
                 self.store.channels.unsubscribe(&channel, conn.id);
             }
-            let count = commands::count(conn.channels.len());
+            let subscribed = count(conn.channels.len());
             replies.push(Reply::Array(vec![
                 Reply::bulk("unsubscribe"),
                 Reply::Bulk(channel),
-                count,
+                subscribed,
             ]));
         }
         Outcome::Replies(replies)

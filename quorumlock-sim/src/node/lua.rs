@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
-use super::commands::{self, Ctx, Store};
+use super::commands;
 use super::num::format_double;
 use super::resp::Reply;
+use super::store::{Ctx, Store};
 
 /// What the `redis` library runs a script's commands against, handed to
 /// the Lua state for the duration of one script.

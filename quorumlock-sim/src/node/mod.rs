@@ -14,11 +14,13 @@
 
 mod commands;
 mod conn;
+mod errors;
 mod keyspace;
 mod lua;
 mod num;
 mod resp;
 mod signal;
+mod store;
 mod strings;
 mod zset;
 
@@ -31,12 +33,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use self::commands::Store;
 use self::conn::Conn;
 use self::keyspace::Data;
 use self::lua::Scripting;
 use self::resp::Reply;
 use self::signal::Watched;
+use self::store::Store;
 
 pub use self::lua::sha1;
 

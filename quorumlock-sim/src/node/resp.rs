@@ -198,3 +198,8 @@ mod tests {
         assert_eq!(out, b"*4\r\n:1\r\n$-1\r\n$1\r\na\r\n-ERR x y\r\n");
     }
 }
+
+/// A count as an integer reply.
+pub fn count(n: usize) -> Reply {
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}

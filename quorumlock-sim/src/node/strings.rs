@@ -1,10 +1,11 @@
 //! `SET` with its options, `INCRBY` and friends, and `PEXPIRE`/`EXPIRE`
 //! with theirs, as Redis 7.0 parses and answers them.
 
-use super::commands::{Ctx, NOT_INT, SYNTAX, WRONGTYPE};
+use super::errors::{NOT_INT, SYNTAX, WRONGTYPE};
 use super::keyspace::{Data, Entry};
 use super::num::parse_int;
 use super::resp::Reply;
+use super::store::Ctx;
 
 /// `SET`'s options, as Redis 7.0 collects them.
 #[derive(Default)]

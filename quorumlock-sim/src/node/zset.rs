@@ -2,10 +2,11 @@
 //! `ZCARD`, `ZSCORE`, `ZRANGE`, `ZPOPMIN`, `ZREMRANGEBYRANK`), as Redis 7.0
 //! parses and answers them.
 
-use super::commands::{Ctx, NOT_INT, SYNTAX, WRONGTYPE, count};
+use super::errors::{self, NOT_INT, SYNTAX, WRONGTYPE};
 use super::keyspace::{Data, Entry, ZSet};
 use super::num::{format_double, parse_float, parse_int};
-use super::resp::Reply;
+use super::resp::{Reply, count};
+use super::store::Ctx;
 
 const NOT_FLOAT: &str = "ERR value is not a valid float";
 
@@ -40,7 +41,7 @@ pub fn run(ctx: &mut Ctx<'_>, name: &str, args: &[Vec<u8>]) -> Reply {
                 }
             })
         }
-        _ => super::commands::unknown_command(args),
+        _ => errors::unknown_command(args),
     }
 }
 
