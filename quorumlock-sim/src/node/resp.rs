@@ -163,6 +163,11 @@ fn too_long(rest: &[u8], what: &str) -> Parsed {
     }
 }
 
+/// A count as an integer reply.
+pub fn count(n: usize) -> Reply {
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,9 +202,4 @@ mod tests {
         .encode(&mut out);
         assert_eq!(out, b"*4\r\n:1\r\n$-1\r\n$1\r\na\r\n-ERR x y\r\n");
     }
-}
-
-/// A count as an integer reply.
-pub fn count(n: usize) -> Reply {
-    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
