@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::history::{History, Violation};
+use crate::history::History;
 use crate::nodes::Nodes;
+use crate::violation::Violation;
 use crate::workload::RESOURCES;
 
 /// How often the auditor looks.

@@ -30,11 +30,19 @@ fn the_standard_scenario_keeps_every_property() {
 
 /// Seeds that found a bug, each kept with what it found (the standard
 /// scenario).
-const REGRESSIONS: [(u64, &str); 1] = [(
-    23,
-    "a broken connection's failed batch reply queued for the connection's lock \
-     behind the batcher's next hand-over: every later request to the node waited for good",
-)];
+const REGRESSIONS: [(u64, &str); 2] = [
+    (
+        23,
+        "a broken connection's failed batch reply queued for the connection's lock \
+         behind the batcher's next hand-over: every later request to the node waited for good",
+    ),
+    (
+        8,
+        "a connection the node had closed while it sat idle failed the next request \
+         without sending it: the node counted as failed, and attempts reported the \
+         nodes unreachable while every node was up",
+    ),
+];
 
 #[test]
 fn the_seeds_that_found_bugs_stay_fixed() {

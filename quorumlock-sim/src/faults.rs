@@ -5,12 +5,14 @@
 //! node's clock may run fast within the drift allowance. Each fault ends
 //! after a while, so that the run can settle and its end be checked.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
+use crate::history::History;
 use crate::net::{Latency, Network};
 use crate::nodes::Nodes;
 use crate::scenario::{EMPTY_RESTART_AFTER, FaultSet, NORMAL_LATENCY};
@@ -27,16 +29,27 @@ const SLOW_LATENCY: Latency = Latency {
 /// One fault, on what it acts.
 #[derive(Clone, Debug)]
 enum Fault {
-    Slow { client: String, node: String },
-    Partition { client: String, node: String },
+    Slow { client: usize, node: String },
+    Partition { client: usize, node: String },
     BlackHole { node: String },
     Reset { node: String },
     Pause { node: String },
     Crash { node: usize, persistence: bool },
 }
 
-/// Injects faults at random moments until `end`, then heals everything.
-pub async fn inject(seed: u64, set: FaultSet, net: Network, nodes: Nodes, clients: usize, end: Instant) {
+/// Where the faults act, and where they are recorded.
+#[derive(Clone)]
+pub struct Targets {
+    pub net: Network,
+    pub nodes: Nodes,
+    pub clients: usize,
+    pub history: Arc<Mutex<History>>,
+}
+
+/// Injects faults at random moments until `end`, then heals everything;
+/// records each in the history from its start to its end.
+pub async fn inject(seed: u64, set: FaultSet, targets: Targets, end: Instant) {
+    let Targets { nodes, clients, .. } = targets.clone();
     let mut rng = StdRng::seed_from_u64(seed);
     while Instant::now() < end {
         let gap = Duration::from_millis(rng.random_range(50..1_500));
@@ -58,11 +71,13 @@ pub async fn inject(seed: u64, set: FaultSet, net: Network, nodes: Nodes, client
             _ => Duration::from_millis(rng.random_range(1..=FAULT_MAX.as_millis() as u64)),
         };
         tracing::debug!(?fault, ?lasts, "fault");
-        start(&fault, &net, &nodes);
-        let (net, nodes) = (net.clone(), nodes.clone());
+        let span = record(&fault, &targets);
+        start(&fault, &targets.net, &nodes);
+        let targets = targets.clone();
         tokio::spawn(async move {
             tokio::time::sleep(lasts).await;
-            stop(&fault, &net, &nodes);
+            stop(&fault, &targets.net, &targets.nodes);
+            lock(&targets.history).fault_ended(span);
         });
     }
 }
@@ -70,7 +85,7 @@ pub async fn inject(seed: u64, set: FaultSet, net: Network, nodes: Nodes, client
 fn pick(rng: &mut StdRng, nodes: &Nodes, clients: usize) -> Fault {
     let node = rng.random_range(0..nodes.len());
     let address = nodes.address(node);
-    let client = format!("c{}", rng.random_range(0..clients));
+    let client = rng.random_range(0..clients);
     match rng.random_range(0..6) {
         0 => Fault::Slow {
             client,
@@ -90,10 +105,29 @@ fn pick(rng: &mut StdRng, nodes: &Nodes, clients: usize) -> Fault {
     }
 }
 
+fn lock(history: &Mutex<History>) -> std::sync::MutexGuard<'_, History> {
+    history.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Records `fault`'s start in the history; its index there.
+fn record(fault: &Fault, targets: &Targets) -> usize {
+    let (node, client) = match fault {
+        Fault::Slow { client, node } | Fault::Partition { client, node } => (node.clone(), Some(*client)),
+        Fault::BlackHole { node } | Fault::Reset { node } | Fault::Pause { node } => (node.clone(), None),
+        Fault::Crash { node, .. } => (targets.nodes.address(*node), None),
+    };
+    lock(&targets.history).fault_started(node, client)
+}
+
+/// A client's host on the network.
+pub fn host(client: usize) -> String {
+    format!("c{client}")
+}
+
 fn start(fault: &Fault, net: &Network, nodes: &Nodes) {
     match fault {
-        Fault::Slow { client, node } => net.set_latency(client, node, SLOW_LATENCY),
-        Fault::Partition { client, node } => net.partition(client, node),
+        Fault::Slow { client, node } => net.set_latency(&host(*client), node, SLOW_LATENCY),
+        Fault::Partition { client, node } => net.partition(&host(*client), node),
         Fault::BlackHole { node } => net.black_hole(node),
         Fault::Reset { node } => net.reset_connections(node),
         Fault::Pause { node } => nodes.by_address(node).pause(),
@@ -103,8 +137,8 @@ fn start(fault: &Fault, net: &Network, nodes: &Nodes) {
 
 fn stop(fault: &Fault, net: &Network, nodes: &Nodes) {
     match fault {
-        Fault::Slow { client, node } => net.set_latency(client, node, NORMAL_LATENCY),
-        Fault::Partition { client, node } => net.heal(client, node),
+        Fault::Slow { client, node } => net.set_latency(&host(*client), node, NORMAL_LATENCY),
+        Fault::Partition { client, node } => net.heal(&host(*client), node),
         Fault::BlackHole { node } => net.unblack_hole(node),
         Fault::Reset { .. } => {}
         Fault::Pause { node } => nodes.resume(node),

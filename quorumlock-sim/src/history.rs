@@ -8,10 +8,12 @@
 //! overlap on the simulator's clock are two holders at once.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+use crate::outages::{FaultSpan, Outage};
+use crate::violation::Violation;
 
 /// One acquisition that succeeded.
 #[derive(Clone, Debug)]
@@ -37,100 +39,6 @@ pub struct Step {
     pub end: Duration,
 }
 
-/// A broken safety property, with what shows it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Violation {
-    /// Two holds worked on one resource at once.
-    Overlap {
-        resource: String,
-        first: String,
-        second: String,
-    },
-    /// A hold granted before another was asked for has a fence not below it.
-    FenceOrder {
-        resource: String,
-        earlier: String,
-        later: String,
-    },
-    /// A lock key left on a node after every client shut down in a run with
-    /// no faults.
-    Leftover {
-        node: String,
-        key: String,
-        value: String,
-    },
-    /// A client waited in vain for a lock once every fault had healed.
-    NotServed { client: usize, error: String },
-    /// An attempt reported the nodes unreachable in a run with no fault.
-    FalseUnreachable { count: u64 },
-    /// A client's shutdown did not finish its work.
-    Shutdown { client: usize, report: String },
-    /// A lock key stayed on a node longer than the work that removes it
-    /// takes with no faults: a given-back lock's, or a refused attempt's.
-    Stale {
-        node: String,
-        key: String,
-        whose: String,
-        for_ms: u64,
-    },
-}
-
-impl fmt::Display for Violation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Violation::Overlap {
-                resource,
-                first,
-                second,
-            } => {
-                write!(f, "two holders of {resource} at once: {first} and {second}")
-            }
-            Violation::FenceOrder {
-                resource,
-                earlier,
-                later,
-            } => {
-                write!(
-                    f,
-                    "fence order broken on {resource}: {earlier} was granted before {later} asked"
-                )
-            }
-            Violation::Leftover { node, key, value } => {
-                write!(
-                    f,
-                    "{node} kept lock key {key} = {value} after every client shut down"
-                )
-            }
-            Violation::Shutdown { client, report } => {
-                write!(f, "client {client} shut down incompletely: {report}")
-            }
-            Violation::NotServed { client, error } => {
-                write!(
-                    f,
-                    "client {client} was not served once the faults healed: {error}"
-                )
-            }
-            Violation::FalseUnreachable { count } => {
-                write!(
-                    f,
-                    "{count} attempt(s) reported the nodes unreachable with no fault"
-                )
-            }
-            Violation::Stale {
-                node,
-                key,
-                whose,
-                for_ms,
-            } => {
-                write!(
-                    f,
-                    "{node} kept lock key {key} of {whose} for {for_ms} ms with no fault"
-                )
-            }
-        }
-    }
-}
-
 /// Everything the clients did in one run.
 #[derive(Default)]
 pub struct History {
@@ -141,6 +49,10 @@ pub struct History {
     pub errors: BTreeMap<String, u64>,
     /// Acquisitions that found the lock taken.
     pub refused: u64,
+    /// Operations that reported the nodes unreachable.
+    pub outages: Vec<Outage>,
+    /// The faults injected.
+    pub faults: Vec<FaultSpan>,
 }
 
 impl History {
@@ -184,6 +96,23 @@ impl History {
 
     pub fn error(&mut self, kind: impl Into<String>) {
         *self.errors.entry(kind.into()).or_default() += 1;
+    }
+
+    /// A fault on `node` (for every client, or only `client`) starts now;
+    /// returns its index for [`History::fault_ended`].
+    pub fn fault_started(&mut self, node: String, client: Option<usize>) -> usize {
+        let from = self.now();
+        self.faults.push(FaultSpan {
+            node,
+            client,
+            from,
+            until: None,
+        });
+        self.faults.len() - 1
+    }
+
+    pub fn fault_ended(&mut self, fault: usize) {
+        self.faults[fault].until = Some(self.now());
     }
 
     /// A hold named for a message.

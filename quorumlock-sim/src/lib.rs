@@ -11,7 +11,9 @@ pub mod history;
 pub mod net;
 pub mod node;
 pub mod nodes;
+pub mod outages;
 pub mod scenario;
+pub mod violation;
 pub mod workload;
 pub mod world;
 

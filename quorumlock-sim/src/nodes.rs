@@ -9,11 +9,11 @@ use rand::RngExt;
 use rand::rngs::StdRng;
 use tokio::time::Instant;
 
-use crate::history::Violation;
 use crate::net::Network;
 use crate::node::{NodeClock, SimNode};
 use crate::scenario::Scenario;
 use crate::scenario::{EMPTY_RESTART_AFTER, FASTEST_SAFE_RATE};
+use crate::violation::Violation;
 use crate::workload::RESOURCES;
 
 /// How far a node's clock may be set from the simulation's wall clock, in

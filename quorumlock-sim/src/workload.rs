@@ -12,6 +12,7 @@ use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
 
 use crate::history::{History, Hold};
+use crate::outages::Outage;
 
 /// The resources the clients contend for: few, so that they collide often.
 pub const RESOURCES: [&str; 3] = ["res:a", "res:b", "res:c"];
@@ -108,14 +109,14 @@ impl Client {
 
     /// Takes the lock with `options` and works under it.
     async fn lock_with(&mut self, options: LockOptions, resources: Vec<String>, ttl: Duration) {
+        let asked = self.now();
         let client = match self.redlock.with_options(options) {
             Ok(client) => client,
-            Err(error) => return self.record_error(&error),
+            Err(error) => return self.record_error(&error, asked),
         };
-        let asked = self.now();
         match client.lock(resources.clone(), ttl).await {
             Ok(guard) => self.work(guard, resources, asked, ttl).await,
-            Err(error) => self.record_error(&error),
+            Err(error) => self.record_error(&error, asked),
         }
     }
 
@@ -164,8 +165,9 @@ impl Client {
                 .step(hold, start, start + step);
         }
         if self.rng.random_bool(0.85) {
+            let asked = self.now();
             if let Err(error) = guard.release().await {
-                self.record_error(&error);
+                self.record_error(&error, asked);
             }
         } else {
             drop(guard);
@@ -176,8 +178,13 @@ impl Client {
             .given_back(hold);
     }
 
-    fn record_error(&self, error: &Error) {
+    /// Records an operation asked for at `asked` that failed with `error`.
+    fn record_error(&self, error: &Error, asked: Duration) {
         let mut history = self.history.lock().unwrap_or_else(|e| e.into_inner());
+        let now = history.now();
+        if let Some(outage) = Outage::of(error, self.id, asked, now) {
+            history.outages.push(outage);
+        }
         match error {
             Error::Held { .. } => history.refused += 1,
             other => history.error(kind(other)),

@@ -18,11 +18,13 @@ use tracing::Instrument;
 
 use crate::audit;
 use crate::faults;
-use crate::history::{History, Violation};
+use crate::history::History;
 use crate::net::Network;
 use crate::nodes::{FENCE_GAP_AFTER_DATA_LOSS, Nodes};
+use crate::outages;
 use crate::scenario::FaultSet;
 use crate::scenario::Scenario;
+use crate::violation::Violation;
 use crate::workload::{Client, RESOURCES};
 
 /// The wall clock at a run's start, as the client and the nodes read it:
@@ -96,14 +98,13 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     let end = start + scenario.duration;
     let clients = start_clients(scenario, &net, &nodes, &history, (&mut rng, end));
     if scenario.faults != FaultSet::None {
-        tokio::spawn(faults::inject(
-            rng.random(),
-            scenario.faults,
-            net.clone(),
-            nodes.clone(),
-            scenario.clients,
-            end,
-        ));
+        let targets = faults::Targets {
+            net: net.clone(),
+            nodes: nodes.clone(),
+            clients: scenario.clients,
+            history: Arc::clone(&history),
+        };
+        tokio::spawn(faults::inject(rng.random(), scenario.faults, targets, end));
     }
     let stop_audit = Arc::new(AtomicBool::new(false));
     let audit = (scenario.faults != FaultSet::All).then(|| {
@@ -138,11 +139,9 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
         Duration::ZERO
     };
     violations.extend(history.check(fence_gap));
+    violations.extend(outages::unjustified(&history.outages, &history.faults));
     if scenario.faults == FaultSet::None {
         violations.extend(nodes.leftovers());
-        if let Some(count) = history.errors.get("Unreachable") {
-            violations.push(Violation::FalseUnreachable { count: *count });
-        }
     }
     Outcome {
         violations,
@@ -167,7 +166,7 @@ fn start_clients(
     for id in 0..scenario.clients {
         let dialer = Arc::new(NetDialer {
             net: net.clone(),
-            host: format!("c{id}"),
+            host: faults::host(id),
         });
         let redlock = Redlock::builder()
             .nodes(nodes.urls())

@@ -5,17 +5,16 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, ServerErrorKind, Value};
 use tokio::sync::Mutex;
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tokio_util::task::AbortOnDropHandle;
 
+use super::health::{Health, InFlight};
 use super::target::Target;
 use crate::backend::redlock::wire::{self, wrong_reply_count};
 use crate::config::STALL_FLOOR;
@@ -27,7 +26,7 @@ type PendingReply<R> = Pin<Box<dyn Future<Output = RedisResult<R>> + Send>>;
 /// already there).
 pub(crate) struct Started<R> {
     /// The connection's health, which a reply that shows it broken marks
-    /// (see [`Conn::settle`]).
+    /// (see [`settle`]).
     health: Arc<Health>,
     reply: Result<RedisResult<R>, PendingReply<R>>,
 }
@@ -105,17 +104,19 @@ impl Conn {
     /// or after the connect timeout; the next request tries to connect
     /// again, so a restarted node takes part as soon as it is back.
     pub(crate) async fn send(&self, cmd: Cmd) -> RedisResult<Value> {
-        self.hand_over(move |mut conn| async move { conn.send_packed_command(&cmd).await })
-            .await
+        let cmd = Arc::new(cmd);
+        self.hand_over(move |mut conn| {
+            let cmd = Arc::clone(&cmd);
+            async move { conn.send_packed_command(&cmd).await }
+        })
+        .await
     }
 
     /// Sends the commands of `pipe` in request order as one unit on one
     /// connection and awaits their replies (server errors stay in the list).
     pub(crate) async fn send_pipeline(&self, pipe: Pipeline) -> RedisResult<Vec<Value>> {
         let count = pipe.len();
-        let replies = self
-            .hand_over(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
-            .await?;
+        let replies = self.hand_over(sending(pipe)).await?;
         if replies.len() != count {
             return Err(wrong_reply_count());
         }
@@ -127,7 +128,7 @@ impl Conn {
     /// commands over, then without it until the reply.
     async fn hand_over<R: Reply, F, Fut>(&self, request: F) -> RedisResult<R>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = RedisResult<R>> + Send + 'static,
     {
         let started = self.start(request).await?;
@@ -138,16 +139,22 @@ impl Conn {
     /// node's order is fixed when this returns) without waiting for the
     /// replies (server errors stay in the list); see [`Conn::finish`].
     pub(crate) async fn start_pipeline(&self, pipe: Pipeline) -> RedisResult<Started<Vec<Value>>> {
-        let count = pipe.len();
-        self.start(move |mut conn| async move { conn.send_packed_commands(&pipe, 0, count).await })
-            .await
+        self.start(sending(pipe)).await
     }
 
     /// The first half of [`Conn::hand_over`]: connects if needed and hands
     /// the request over under the fair lock.
+    ///
+    /// A connection the node closed while it sat idle (a restart, an idle
+    /// timeout, a reset) is found closed only by the request handed to it,
+    /// which fails on its first poll, before it reached the socket. That
+    /// request goes again on a new connection, still under the lock (so in
+    /// its place in the order): otherwise every client's first request
+    /// after a node restart would count that node as failed, and a client
+    /// of one node would report it unreachable while it is up.
     async fn start<R, F, Fut>(&self, request: F) -> RedisResult<Started<R>>
     where
-        F: FnOnce(MultiplexedConnection) -> Fut,
+        F: Fn(MultiplexedConnection) -> Fut,
         Fut: Future<Output = RedisResult<R>> + Send + 'static,
     {
         let mut slot = self.slot.lock().await;
@@ -163,42 +170,24 @@ impl Conn {
             // Boxed for the reason `connect` is: rare and large.
             Box::pin(self.replace_if_silent(&mut slot)).await;
         }
-        let live = match slot.take() {
-            Some(live) => live,
+        let (live, fresh) = match slot.take() {
+            Some(live) => (live, false),
             // Boxed: connecting and loading the scripts is a large future
             // (kilobytes) that, kept inline, would be part of every
             // request's future, which is built, boxed and moved on every
             // lock operation; it runs once per connection. Still under the
             // lock: nothing is handed to this connection before the scripts
             // are there (see `crate::backend::redlock::wire`).
-            None => Box::pin(self.connect()).await?,
+            None => (Box::pin(self.connect()).await?, true),
         };
-        let health = Arc::clone(&live.health);
-        let conn = live.conn.clone();
-        let mut in_flight = InFlight::new(Arc::clone(&live.health));
-        *slot = Some(live);
-        let request = request(conn);
-        let mut reply: PendingReply<R> = Box::pin(async move {
-            let result = tokio::select! {
-                biased;
-                result = request => result,
-                () = in_flight.health.retired.cancelled() => return Err(retired()),
-            };
-            in_flight.answered();
-            result
-        });
-        // The first poll hands the command to the connection's writer
-        // queue (or takes a place in its fair wait for room): this fixes
-        // its position before the next request may go. Unconstrained by
-        // Tokio's cooperative budget: with the task's budget used up, the
-        // channel send inside would answer "not yet" after taking its
-        // permit but before queueing the command, and a request let in
-        // after us could overtake it.
-        let reply = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
-            Poll::Ready(result) => Ok(result),
-            Poll::Pending => Err(reply),
-        };
-        Ok(Started { health, reply })
+        let started = hand_to(&mut slot, live, &request).await;
+        if fresh || !started.found_closed() {
+            return Ok(started);
+        }
+        tracing::debug!(node = ?self.target.last_address(), "connection found closed: reconnecting");
+        *slot = None;
+        let live = Box::pin(self.connect()).await?;
+        Ok(hand_to(&mut slot, live, &request).await)
     }
 
     /// Opens a connection and loads the scripts on it.
@@ -259,13 +248,66 @@ impl Conn {
     }
 
     /// The second half of [`Conn::hand_over`]: awaits the reply of a
-    /// request handed over by [`Conn::start_command`].
+    /// request handed over by [`Conn::start`].
     pub(crate) async fn finish<R: Reply>(&self, started: Started<R>) -> RedisResult<R> {
         let result = match started.reply {
             Ok(result) => result,
             Err(mut pending) => pending.as_mut().await,
         };
         settle(&started.health, result)
+    }
+}
+
+/// Hands `request` to `live`'s connection (its first poll; see
+/// [`Conn::start`]) and keeps `live` in `slot` for the requests after it.
+async fn hand_to<R, F, Fut>(slot: &mut Option<Live>, live: Live, request: &F) -> Started<R>
+where
+    F: Fn(MultiplexedConnection) -> Fut,
+    Fut: Future<Output = RedisResult<R>> + Send + 'static,
+{
+    let health = Arc::clone(&live.health);
+    let mut in_flight = InFlight::new(Arc::clone(&live.health));
+    let request = request(live.conn.clone());
+    *slot = Some(live);
+    let mut reply: PendingReply<R> = Box::pin(async move {
+        let result = tokio::select! {
+            biased;
+            result = request => result,
+            () = in_flight.health.retired.cancelled() => return Err(retired()),
+        };
+        in_flight.answered();
+        result
+    });
+    // The first poll hands the command to the connection's writer queue
+    // (or takes a place in its fair wait for room): this fixes its position
+    // before the next request may go. Unconstrained by Tokio's cooperative
+    // budget: with the task's budget used up, the channel send inside would
+    // answer "not yet" after taking its permit but before queueing the
+    // command, and a request let in after us could overtake it.
+    let reply = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
+        Poll::Ready(result) => Ok(result),
+        Poll::Pending => Err(reply),
+    };
+    Started { health, reply }
+}
+
+/// A request that sends `pipe`'s commands as one unit (see [`Conn::start`]
+/// for why it may be sent twice).
+fn sending(pipe: Pipeline) -> impl Fn(MultiplexedConnection) -> PendingReply<Vec<Value>> {
+    let (count, pipe) = (pipe.len(), Arc::new(pipe));
+    move |mut conn| {
+        let pipe = Arc::clone(&pipe);
+        Box::pin(async move { conn.send_packed_commands(&pipe, 0, count).await })
+    }
+}
+
+impl<R> Started<R> {
+    /// Whether the request failed on its first poll because its connection
+    /// had already closed: it never reached the socket (the connection's
+    /// writer takes requests only while it runs, and it stops at the first
+    /// sign of a closed connection, before writing anything more).
+    fn found_closed(&self) -> bool {
+        matches!(&self.reply, Ok(Err(error)) if error.is_connection_dropped())
     }
 }
 
@@ -293,110 +335,6 @@ fn settle<R: Reply>(health: &Health, result: RedisResult<R>) -> RedisResult<R> {
     result
 }
 
-/// Whether a connection still answers: what [`Conn::stall_limit`] is
-/// measured on.
-struct Health {
-    /// The base of `progress_us`.
-    since: Instant,
-    /// Requests handed to the connection that neither got their reply nor
-    /// were given up (dropped) by their caller.
-    outstanding: AtomicUsize,
-    /// When the connection last showed it works, in µs after `since`: its
-    /// last reply while other requests were waiting, or when it went from
-    /// idle to busy (an idle connection has nothing to answer, and the next
-    /// request starts the wait afresh, so the reply that leaves it idle
-    /// need not read the clock).
-    progress_us: AtomicU64,
-    /// Replies received: progress that [`Conn::replace_if_silent`] sees even
-    /// where `progress_us` was not moved.
-    answers: AtomicU64,
-    /// Cancelled when the connection is retired: its requests still waiting
-    /// fail at once (see [`Conn::replace_if_silent`]).
-    retired: CancellationToken,
-    /// A reply showed the connection unusable (see [`settle`]).
-    broken: AtomicBool,
-}
-
-impl Health {
-    fn new() -> Self {
-        Health {
-            since: Instant::now(),
-            outstanding: AtomicUsize::new(0),
-            progress_us: AtomicU64::new(0),
-            answers: AtomicU64::new(0),
-            retired: CancellationToken::new(),
-            broken: AtomicBool::new(false),
-        }
-    }
-
-    fn now_us(&self) -> u64 {
-        u64::try_from(self.since.elapsed().as_micros()).unwrap_or(u64::MAX)
-    }
-
-    /// What shows progress: when the wait last started afresh, and how many
-    /// replies came.
-    fn progress(&self) -> (u64, u64) {
-        (
-            self.progress_us.load(Ordering::Acquire),
-            self.answers.load(Ordering::Acquire),
-        )
-    }
-
-    /// Starts the wait for progress afresh.
-    fn restart(&self) {
-        self.progress_us.store(self.now_us(), Ordering::Release);
-    }
-
-    /// Requests are waiting and nothing came back for `limit`.
-    fn stalled(&self, limit: Duration) -> bool {
-        let limit_us = u64::try_from(limit.as_micros()).unwrap_or(u64::MAX);
-        self.outstanding.load(Ordering::Acquire) > 0
-            && self
-                .now_us()
-                .saturating_sub(self.progress_us.load(Ordering::Acquire))
-                >= limit_us
-    }
-}
-
-/// One request counted in [`Health::outstanding`] until it is answered or
-/// dropped.
-struct InFlight {
-    health: Arc<Health>,
-    answered: bool,
-}
-
-impl InFlight {
-    fn new(health: Arc<Health>) -> Self {
-        if health.outstanding.fetch_add(1, Ordering::AcqRel) == 0 {
-            health.restart();
-        }
-        InFlight {
-            health,
-            answered: false,
-        }
-    }
-
-    /// The connection answered this request.
-    fn answered(&mut self) {
-        self.health.answers.fetch_add(1, Ordering::AcqRel);
-        self.answered = true;
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        // Decided on the count this request leaves, atomically with leaving
-        // it: either another request still waits and this reply is its
-        // progress, or the connection went idle and the next request starts
-        // the wait afresh (`InFlight::new`); a request handed over at this
-        // moment is covered by one of the two.
-        let others = self.health.outstanding.fetch_sub(1, Ordering::AcqRel) - 1;
-        if self.answered && others > 0 {
-            self.health.restart();
-        }
-    }
-}
-
 /// The error of a request whose connection was retired before it answered
 /// (see [`Conn::replace_if_silent`]): whether it ran is unknown.
 fn retired() -> redis::RedisError {
@@ -407,7 +345,7 @@ fn retired() -> redis::RedisError {
     ))
 }
 
-/// A reply as [`Conn::settle`] checks it.
+/// A reply as [`settle`] checks it.
 pub(crate) trait Reply {
     /// The node answered `NOSCRIPT`: it has lost our scripts.
     fn no_script(&self) -> bool;
@@ -425,54 +363,10 @@ impl Reply for Vec<Value> {
     }
 }
 
-/// `NOSCRIPT` or `READONLY` (see [`Conn::settle`]).
+/// `NOSCRIPT` or `READONLY` (see [`settle`]).
 fn is_stale(error: &redis::RedisError) -> bool {
     matches!(
         error.kind(),
         redis::ErrorKind::Server(ServerErrorKind::NoScript | ServerErrorKind::ReadOnly)
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A connection with requests waiting is stalled only once nothing came
-    /// back for the limit; a reply while others wait is progress for them.
-    #[tokio::test(start_paused = true)]
-    async fn a_reply_is_progress_for_the_requests_still_waiting() {
-        let limit = Duration::from_secs(1);
-        let health = Arc::new(Health::new());
-        let mut first = InFlight::new(Arc::clone(&health));
-        let second = InFlight::new(Arc::clone(&health));
-        tokio::time::advance(limit).await;
-        assert!(health.stalled(limit), "two waiting, nothing back");
-        let before = health.progress();
-        first.answered();
-        drop(first);
-        assert_ne!(health.progress(), before);
-        assert!(!health.stalled(limit), "the reply restarted the second's wait");
-        tokio::time::advance(limit).await;
-        assert!(health.stalled(limit));
-        drop(second);
-        assert!(!health.stalled(limit), "an idle connection has nothing to answer");
-        let _next = InFlight::new(Arc::clone(&health));
-        assert!(
-            !health.stalled(limit),
-            "a request to an idle connection starts afresh"
-        );
-    }
-
-    /// A reply that leaves the connection idle still counts (see
-    /// `Conn::replace_if_silent`), though it does not read the clock.
-    #[tokio::test(start_paused = true)]
-    async fn a_reply_that_leaves_the_connection_idle_still_counts_as_progress() {
-        let health = Arc::new(Health::new());
-        let mut only = InFlight::new(Arc::clone(&health));
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let before = health.progress();
-        only.answered();
-        drop(only);
-        assert_ne!(health.progress(), before);
-    }
 }

@@ -18,6 +18,7 @@ mod cluster;
 mod conn;
 #[cfg(feature = "sim")]
 mod dialed;
+mod health;
 pub(crate) mod pubsub;
 mod replica;
 mod server;
