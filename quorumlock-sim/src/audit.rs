@@ -14,7 +14,6 @@ use std::time::Duration;
 use crate::history::History;
 use crate::nodes::Nodes;
 use crate::violation::Violation;
-use crate::workload::RESOURCES;
 
 /// How often the auditor looks.
 const EVERY: Duration = Duration::from_millis(25);
@@ -34,7 +33,7 @@ pub async fn audit(nodes: Nodes, history: Arc<Mutex<History>>, stop: Arc<AtomicB
         let history = history.lock().unwrap_or_else(|e| e.into_inner());
         let now = history.now();
         let mut seen = BTreeMap::new();
-        for (node, key, token) in nodes.lock_keys(&RESOURCES) {
+        for (node, key, token) in nodes.lock_keys() {
             let since = match history.by_token(&token) {
                 Some(hold) => match hold.given_back {
                     Some(at) => at,

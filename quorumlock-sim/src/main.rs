@@ -89,8 +89,13 @@ fn main() -> ExitCode {
                     let outcome = run(seed, &scenario);
                     if args.show {
                         println!(
-                            "seed {seed}: {} holds, {} steps, {} refused, errors {:?}, trace {:016x}",
-                            outcome.holds, outcome.steps, outcome.refused, outcome.errors, outcome.trace
+                            "seed {seed}: {} holds ({} of permits), {} steps, {} refused, errors {:?}, trace {:016x}",
+                            outcome.holds,
+                            outcome.permits,
+                            outcome.steps,
+                            outcome.refused,
+                            outcome.errors,
+                            outcome.trace
                         );
                     }
                     let mut problems: Vec<String> = outcome.violations.iter().map(ToString::to_string).collect();

@@ -14,7 +14,7 @@ use crate::node::{NodeClock, SimNode};
 use crate::scenario::Scenario;
 use crate::scenario::{EMPTY_RESTART_AFTER, FASTEST_SAFE_RATE};
 use crate::violation::Violation;
-use crate::workload::RESOURCES;
+use crate::workload::lock_keys;
 
 /// How far a node's clock may be set from the simulation's wall clock, in
 /// ms either way: the client learns the nodes' time for its fence
@@ -191,12 +191,13 @@ impl Nodes {
 
     /// Every lock key on a node that is up and not paused: (node, key,
     /// token).
-    pub fn lock_keys(&self, resources: &[&str]) -> Vec<(String, String, String)> {
+    pub fn lock_keys(&self) -> Vec<(String, String, String)> {
+        let resources = lock_keys();
         let slots = self.slots();
         let mut keys = Vec::new();
         for slot in slots.iter().filter(|s| s.up && !s.node.is_paused()) {
             for (key, value) in slot.node.live_keys() {
-                if resources.contains(&key.as_str()) {
+                if resources.contains(&key) {
                     keys.push((slot.address.clone(), key, value));
                 }
             }
@@ -206,11 +207,12 @@ impl Nodes {
 
     /// Lock keys (a resource's own key) still on a node.
     pub(crate) fn leftovers(&self) -> Vec<Violation> {
+        let resources = lock_keys();
         let slots = self.slots();
         let mut found = Vec::new();
         for slot in slots.iter() {
             for (key, value) in slot.node.live_keys() {
-                if RESOURCES.contains(&key.as_str()) {
+                if resources.contains(&key) {
                     found.push(Violation::Leftover {
                         node: slot.address.clone(),
                         key,

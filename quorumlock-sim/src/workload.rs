@@ -1,12 +1,13 @@
 //! What a simulated client does: locks, fenced and plain, one resource or
-//! two, at once or waiting in the hand-off queue, held across renewals for
-//! many ttls, released or dropped; every grant and every step of work under
-//! it recorded in the [`History`].
+//! two, at once or waiting in the hand-off queue, and permits of a
+//! semaphore, held across renewals for many ttls, released or dropped;
+//! every grant and every step of work under it recorded in the
+//! [`History`] (a permit as a hold of its own key: one holder at a time).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quorumlock::{Error, Guard, LockOptions, Redlock};
+use quorumlock::{Error, Guard, LockOptions, Permit, Redlock, ReleaseReport};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use tokio::time::Instant;
@@ -16,6 +17,22 @@ use crate::outages::Outage;
 
 /// The resources the clients contend for: few, so that they collide often.
 pub const RESOURCES: [&str; 3] = ["res:a", "res:b", "res:c"];
+
+/// The semaphore the clients take permits of, and its permits: fewer than
+/// the clients, so that they wait for one another.
+pub const POOL: &str = "pool";
+pub const POOL_PERMITS: usize = 2;
+
+/// The share of the [`Style::Mixed`] operations that take a permit.
+const PERMIT_SHARE: f64 = 0.2;
+
+/// Every key a lock or permit of the workload is held by, on a node: what
+/// the checks of left-behind keys read (a permit's key is
+/// `{name}:permit:<index>`, as `Semaphore::permit_name` documents).
+pub fn lock_keys() -> Vec<String> {
+    let permits = (0..POOL_PERMITS).map(|i| format!("{{{POOL}}}:permit:{i}"));
+    RESOURCES.iter().map(|r| (*r).to_owned()).chain(permits).collect()
+}
 
 /// The ttls locks are taken with, from shorter than a few round trips under
 /// load to several seconds, so that renewals run at many paces.
@@ -93,8 +110,11 @@ impl Client {
                 .retry_delay(EXPIRY_RETRY);
             return self.lock_with(options, resources, EXPIRY_TTL).await;
         }
-        let resources = self.resources();
         let ttl = Duration::from_millis(TTLS_MS[self.rng.random_range(0..TTLS_MS.len())]);
+        if self.rng.random_bool(PERMIT_SHARE) {
+            return self.permit(ttl).await;
+        }
+        let resources = self.resources();
         let mut options = LockOptions::new()
             .fenced(self.rng.random_bool(0.3))
             .auto_renew(self.rng.random_bool(0.7));
@@ -115,7 +135,33 @@ impl Client {
             Err(error) => return self.record_error(&error, asked),
         };
         match client.lock(resources.clone(), ttl).await {
-            Ok(guard) => self.work(guard, resources, asked, ttl).await,
+            Ok(guard) => self.work(Held::Lock(guard), resources, asked, ttl).await,
+            Err(error) => self.record_error(&error, asked),
+        }
+    }
+
+    /// Takes a permit of the [`POOL`], waiting in its queue or with one
+    /// sweep, and works under it.
+    async fn permit(&mut self, ttl: Duration) {
+        let options = if self.rng.random_bool(0.6) {
+            LockOptions::new().wait(Duration::from_millis(self.rng.random_range(10..1_500)))
+        } else {
+            LockOptions::new().max_attempts(1)
+        };
+        let asked = self.now();
+        let pool = match self.redlock.with_options(options) {
+            Ok(client) => client.semaphore(POOL, POOL_PERMITS),
+            Err(error) => Err(error),
+        };
+        let pool = match pool {
+            Ok(pool) => pool,
+            Err(error) => return self.record_error(&error, asked),
+        };
+        match pool.acquire(ttl).await {
+            Ok(permit) => {
+                let key = pool.permit_name(permit.index()).to_owned();
+                self.work(Held::Permit(permit), vec![key], asked, ttl).await;
+            }
             Err(error) => self.record_error(&error, asked),
         }
     }
@@ -133,13 +179,13 @@ impl Client {
     /// Works under `guard` in steps for a planned time (up to a few ttls,
     /// so that renewals run), each step only while the guard says the lock
     /// covers it; then releases or drops the guard.
-    async fn work(&mut self, guard: Guard, resources: Vec<String>, asked: Duration, ttl: Duration) {
+    async fn work(&mut self, guard: Held, resources: Vec<String>, asked: Duration, ttl: Duration) {
         let granted = self.now();
         let hold = self.history.lock().unwrap_or_else(|e| e.into_inner()).hold(Hold {
             client: self.id,
             resources,
-            token: guard.token().to_owned(),
-            fence: guard.fence_token(),
+            token: guard.guard().token().to_owned(),
+            fence: guard.guard().fence_token(),
             asked,
             granted,
             given_back: None,
@@ -154,7 +200,7 @@ impl Client {
                 Style::Mixed => Duration::from_millis(self.rng.random_range(1..=STEP_MAX_MS)),
                 Style::Expiry => Duration::from_millis(1),
             };
-            if !guard.is_held() || guard.remaining() < step {
+            if !guard.guard().is_held() || guard.guard().remaining() < step {
                 break;
             }
             let start = self.now();
@@ -192,6 +238,28 @@ impl Client {
     }
 }
 
+/// A lock or a permit, which the workload works under alike.
+enum Held {
+    Lock(Guard),
+    Permit(Permit),
+}
+
+impl Held {
+    fn guard(&self) -> &Guard {
+        match self {
+            Held::Lock(guard) => guard,
+            Held::Permit(permit) => permit.guard(),
+        }
+    }
+
+    async fn release(self) -> Result<ReleaseReport, Error> {
+        match self {
+            Held::Lock(guard) => guard.release().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
+}
+
 /// An error's variant, as the run's statistics count it.
 fn kind(error: &Error) -> String {
     let text = format!("{error:?}");
@@ -199,4 +267,22 @@ fn kind(error: &Error) -> String {
         .next()
         .unwrap_or("")
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_permit_keys_are_the_semaphores_own() {
+        let redlock = Redlock::builder()
+            .node("redis://127.0.0.1:1")
+            .build()
+            .expect("valid settings");
+        let pool = redlock.semaphore(POOL, POOL_PERMITS).expect("a valid pool");
+        let keys = lock_keys();
+        for i in 0..POOL_PERMITS {
+            assert!(keys.iter().any(|k| k == pool.permit_name(i)), "{keys:?}");
+        }
+    }
 }

@@ -23,7 +23,9 @@ pub enum Error {
     /// nodes that failed, no majority could be reached, while the failed
     /// nodes alone would not have ruled one out. Busy, not an outage: with
     /// one of three nodes down for maintenance, a held lock is still just
-    /// held. The failed nodes are listed all the same, for monitoring.
+    /// held. The failed nodes are listed all the same, for monitoring. On a
+    /// fenced lock, a node that had seen a newer fence than the one the
+    /// attempt proposed refuses too (another owner took the resource since).
     #[error(
         "resource is held by another owner ({refused} of {nodes} nodes refused{}{})",
         if errors.is_empty() { "" } else { "; failed" },

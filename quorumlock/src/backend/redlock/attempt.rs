@@ -81,7 +81,7 @@ pub(crate) async fn attempt(
             Err(error) => error,
         }
     } else {
-        refusal(round.tally)
+        round.tally.no_majority()
     };
     tracing::debug!(resources = ?resources.names(), elapsed = ?attempt.start.elapsed(), error = %failure, "lock attempt failed");
     // Every node gets the release: a node that has not answered yet still
@@ -114,20 +114,6 @@ fn record_in_span(tally: &Tally) {
     span.record("ok", tally.ok);
     span.record("refused", tally.refused);
     span.record("failed", tally.errors.len());
-}
-
-/// The error of a round that reached no majority: [`Error::Unreachable`]
-/// when failing nodes alone ruled one out, [`Error::Held`] when another
-/// owner's keys did.
-fn refusal(tally: Tally) -> Error {
-    if tally.failures_rule_out_majority() {
-        return tally.unreachable();
-    }
-    Error::Held {
-        refused: tally.refused,
-        nodes: tally.nodes,
-        errors: tally.errors,
-    }
 }
 
 /// One attempt in progress: its kind, token and ttl, and when it
@@ -258,7 +244,15 @@ impl Attempt<'_> {
                     token: &self.token,
                     fence_keys: &fenced.ask.keys,
                 };
-                Some(fence::propose(quorum, owner, fenced.floor, lease.valid_until()).await?)
+                let proposed = fence::propose(quorum, owner, fenced.floor, lease.valid_until()).await;
+                // Rounds cut short by the end of the validity fail on their
+                // slowest nodes: what ended them is the time used up.
+                Some(
+                    proposed.map_err(|error| match lease.left(self.options.min_validity) {
+                        Err(used_up) => used_up,
+                        Ok(_) => error,
+                    })?,
+                )
             }
             None => None,
         };

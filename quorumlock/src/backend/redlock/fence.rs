@@ -143,7 +143,7 @@ pub(crate) async fn propose(
         }
         if !round.refused_by_majority() || rounds == FENCE_ROUNDS || Instant::now() >= valid_until {
             tracing::debug!(fence_keys = ?owner.fence_keys, rounds, ?round, "fence proposal failed");
-            return Err(round.unreachable());
+            return Err(round.no_majority());
         }
         rounds += 1;
         proposal = proposal.max(highest.load(Ordering::Relaxed)) + 1;

@@ -136,6 +136,20 @@ impl Tally {
         });
     }
 
+    /// The error of a round that reached no majority: [`Error::Unreachable`]
+    /// when failing nodes alone ruled one out, [`Error::Held`] when another
+    /// owner's keys (or, for a fence proposal, its newer fence) did.
+    pub(crate) fn no_majority(self) -> Error {
+        if self.failures_rule_out_majority() {
+            return self.unreachable();
+        }
+        Error::Held {
+            refused: self.refused,
+            nodes: self.nodes,
+            errors: self.errors,
+        }
+    }
+
     /// The error for a fan-out that did not reach a majority because nodes
     /// failed.
     pub(crate) fn unreachable(self) -> Error {
