@@ -47,10 +47,13 @@ pub struct Targets {
 }
 
 /// Injects faults at random moments until `end`, then heals everything;
-/// records each in the history from its start to its end.
-pub async fn inject(seed: u64, set: FaultSet, targets: Targets, end: Instant) {
+/// records each in the history from its start to its end. With `kept`,
+/// only the faults of those indices (in the order drawn) are injected; the
+/// others are drawn all the same, so that the kept ones stay as they were.
+pub async fn inject(seed: u64, set: FaultSet, kept: Option<&[usize]>, targets: Targets, end: Instant) {
     let Targets { nodes, clients, .. } = targets.clone();
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut drawn = 0;
     while Instant::now() < end {
         let gap = Duration::from_millis(rng.random_range(50..1_500));
         tokio::time::sleep(gap).await;
@@ -70,8 +73,13 @@ pub async fn inject(seed: u64, set: FaultSet, targets: Targets, end: Instant) {
             } => EMPTY_RESTART_AFTER,
             _ => Duration::from_millis(rng.random_range(1..=FAULT_MAX.as_millis() as u64)),
         };
-        tracing::debug!(?fault, ?lasts, "fault");
-        let span = record(&fault, &targets);
+        let index = drawn;
+        drawn += 1;
+        if kept.is_some_and(|kept| !kept.contains(&index)) {
+            continue;
+        }
+        tracing::debug!(index, ?fault, ?lasts, "fault");
+        let span = record(&fault, index, &targets);
         start(&fault, &targets.net, &nodes);
         let targets = targets.clone();
         tokio::spawn(async move {
@@ -109,14 +117,15 @@ fn lock(history: &Mutex<History>) -> std::sync::MutexGuard<'_, History> {
     history.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Records `fault`'s start in the history; its index there.
-fn record(fault: &Fault, targets: &Targets) -> usize {
+/// Records the start of `fault` (the `index`th drawn) in the history;
+/// its index there.
+fn record(fault: &Fault, index: usize, targets: &Targets) -> usize {
     let (node, client) = match fault {
         Fault::Slow { client, node } | Fault::Partition { client, node } => (node.clone(), Some(*client)),
         Fault::BlackHole { node } | Fault::Reset { node } | Fault::Pause { node } => (node.clone(), None),
         Fault::Crash { node, .. } => (targets.nodes.address(*node), None),
     };
-    lock(&targets.history).fault_started(node, client)
+    lock(&targets.history).fault_started(node, client, (format!("{fault:?}"), Some(index)))
 }
 
 /// A client's host on the network.

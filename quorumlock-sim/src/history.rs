@@ -98,11 +98,19 @@ impl History {
         *self.errors.entry(kind.into()).or_default() += 1;
     }
 
-    /// A fault on `node` (for every client, or only `client`) starts now;
+    /// A fault on `node` (for every client, or only `client`), described by
+    /// `what` and drawn `drawn`th by the schedule, starts now;
     /// returns its index for [`History::fault_ended`].
-    pub fn fault_started(&mut self, node: String, client: Option<usize>) -> usize {
+    pub fn fault_started(
+        &mut self,
+        node: String,
+        client: Option<usize>,
+        (what, drawn): (String, Option<usize>),
+    ) -> usize {
         let from = self.now();
         self.faults.push(FaultSpan {
+            what,
+            drawn,
             node,
             client,
             from,

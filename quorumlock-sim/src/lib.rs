@@ -13,6 +13,7 @@ pub mod node;
 pub mod nodes;
 pub mod outages;
 pub mod scenario;
+pub mod shrink;
 pub mod violation;
 pub mod workload;
 pub mod world;

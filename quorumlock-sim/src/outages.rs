@@ -25,6 +25,11 @@ pub const FAULT_AFTERMATH: Duration = Duration::from_millis(200);
 /// every client sees it or only `client`.
 #[derive(Clone, Debug)]
 pub struct FaultSpan {
+    /// The fault, as the trace shows it.
+    pub what: String,
+    /// Its place in the order the schedule drew faults (`None`: a fault
+    /// of the scenario, there throughout).
+    pub drawn: Option<usize>,
     pub node: String,
     pub client: Option<usize>,
     pub from: Duration,
@@ -143,6 +148,8 @@ mod tests {
 
     fn fault(node: &str, client: Option<usize>, from: u64, until: Option<u64>) -> FaultSpan {
         FaultSpan {
+            what: String::new(),
+            drawn: None,
             node: node.to_owned(),
             client,
             from: ms(from),

@@ -63,6 +63,8 @@ pub struct Scenario {
     /// The rate of every node's clock, when not drawn at random.
     pub node_rate: Option<f64>,
     pub style: Style,
+    /// Only these faults (by the order drawn), when shrinking a failing run.
+    pub kept_faults: Option<Vec<usize>>,
 }
 
 impl Scenario {
@@ -78,6 +80,7 @@ impl Scenario {
             fast_node: None,
             node_rate: None,
             style: Style::Mixed,
+            kept_faults: None,
         }
     }
 

@@ -21,7 +21,7 @@ use crate::faults;
 use crate::history::History;
 use crate::net::Network;
 use crate::nodes::{FENCE_GAP_AFTER_DATA_LOSS, Nodes};
-use crate::outages;
+use crate::outages::{self, FaultSpan};
 use crate::scenario::FaultSet;
 use crate::scenario::Scenario;
 use crate::violation::Violation;
@@ -49,9 +49,11 @@ const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// What a run found.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Outcome {
     pub violations: Vec<Violation>,
+    /// The faults injected, from when to when.
+    pub faults: Vec<FaultSpan>,
     /// A hash of everything that happened: equal for two runs of one seed.
     pub trace: u64,
     pub holds: usize,
@@ -100,7 +102,8 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     if scenario.fast_node.is_some() {
         // Node 0's clock runs too fast throughout: a fault that clients
         // find and guard against by counting the node as failed.
-        history.fault_started(nodes.address(0), None);
+        let what = "node 0's clock runs fast".to_owned();
+        history.fault_started(nodes.address(0), None, (what, None));
     }
     let history = Arc::new(Mutex::new(history));
     let end = start + scenario.duration;
@@ -112,7 +115,8 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
             clients: scenario.clients,
             history: Arc::clone(&history),
         };
-        tokio::spawn(faults::inject(rng.random(), scenario.faults, targets, end));
+        let (seed, set, kept) = (rng.random(), scenario.faults, scenario.kept_faults.clone());
+        tokio::spawn(async move { faults::inject(seed, set, kept.as_deref(), targets, end).await });
     }
     let stop_audit = Arc::new(AtomicBool::new(false));
     let audit = (scenario.faults != FaultSet::All).then(|| {
@@ -153,6 +157,7 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     }
     Outcome {
         violations,
+        faults: history.faults.clone(),
         trace: trace(&history, net.trace_hash()),
         holds: history.holds.len(),
         permits: history
