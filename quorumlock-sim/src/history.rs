@@ -155,6 +155,8 @@ impl History {
         }
         let mut found = Vec::new();
         for (resource, mut steps) in by_resource {
+            // Each pair of holds once, however many of their steps overlap.
+            let mut pairs = std::collections::BTreeSet::new();
             steps.sort_by_key(|s| (s.start, s.end));
             // The step reaching furthest so far: any later step that starts
             // before its end and belongs to another hold overlaps it.
@@ -163,6 +165,7 @@ impl History {
                 if let Some(prior) = reach
                     && step.start < prior.end
                     && step.hold != prior.hold
+                    && pairs.insert((prior.hold.min(step.hold), prior.hold.max(step.hold)))
                 {
                     found.push(Violation::Overlap {
                         resource: resource.to_owned(),
@@ -258,9 +261,15 @@ mod tests {
         history.step(a, ms(5), ms(10));
         history.step(b, ms(10), ms(12));
         assert!(history.check(Duration::ZERO).is_empty());
-        // A long step of `a` covers a later short step of `b`.
+        // A long step of `a` covers two later short steps of `b`: one pair
+        // of holds, found once.
         history.step(a, ms(11), ms(30));
         history.step(b, ms(20), ms(21));
+        let found = history.check(Duration::ZERO);
+        assert_eq!(found.len(), 1, "{found:?}");
+        // A third hold inside `a`'s long step is another pair.
+        let c = hold(&mut history, 2, None, 0, 22);
+        history.step(c, ms(22), ms(23));
         let found = history.check(Duration::ZERO);
         assert_eq!(found.len(), 2, "{found:?}");
     }

@@ -99,7 +99,10 @@ fn fault_list(text: &str) -> Vec<usize> {
 
 /// The runner's flags that replay `scenario` (named `name`).
 fn replay_flags(name: &str, scenario: &Scenario) -> String {
-    let mut flags = format!("--scenario {name} --duration {}ms", scenario.duration.as_millis());
+    let mut flags = format!("--scenario {name}");
+    if Scenario::named(name).is_none_or(|named| named.duration != scenario.duration) {
+        flags.push_str(&format!(" --duration {}ms", scenario.duration.as_millis()));
+    }
     if let Some(kept) = &scenario.kept_faults {
         let list: Vec<String> = kept.iter().map(ToString::to_string).collect();
         let list = if list.is_empty() {
