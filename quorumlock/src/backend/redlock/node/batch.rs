@@ -170,7 +170,7 @@ pub(crate) async fn submit(batcher: &Arc<Batcher>, conn: &Arc<Conn>, op: Op) -> 
             // state of sending one directly (the connection's hand-over)
             // would otherwise make every request's future several times
             // larger (see `crate::backend::redlock::node`'s future-size test).
-            Box::pin(async { op.parse(conn.send(op.command()).await?) }).await
+            Box::pin(async { op.parse(conn.send(|| op.command()).await?) }).await
         }
     }
 }

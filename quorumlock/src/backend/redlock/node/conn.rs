@@ -98,15 +98,18 @@ impl Conn {
             .max(replica_wait.unwrap_or_default())
     }
 
-    /// Sends `cmd` in request order (see the type docs) and awaits its reply.
+    /// Sends the command `command` builds in request order (see the type
+    /// docs) and awaits its reply.
     ///
     /// A node that is down fails the request at once (connection refused)
     /// or after the connect timeout; the next request tries to connect
     /// again, so a restarted node takes part as soon as it is back.
-    pub(crate) async fn send(&self, cmd: Cmd) -> RedisResult<Value> {
-        let cmd = Arc::new(cmd);
-        self.hand_over(move |mut conn| {
-            let cmd = Arc::clone(&cmd);
+    ///
+    /// `command` builds the command: once, or twice when the first found
+    /// its connection closed (see [`Conn::start`]).
+    pub(crate) async fn send(&self, command: impl Fn() -> Cmd) -> RedisResult<Value> {
+        self.hand_over(|mut conn| {
+            let cmd = command();
             async move { conn.send_packed_command(&cmd).await }
         })
         .await
@@ -170,24 +173,58 @@ impl Conn {
             // Boxed for the reason `connect` is: rare and large.
             Box::pin(self.replace_if_silent(&mut slot)).await;
         }
-        let (live, fresh) = match slot.take() {
-            Some(live) => (live, false),
-            // Boxed: connecting and loading the scripts is a large future
-            // (kilobytes) that, kept inline, would be part of every
-            // request's future, which is built, boxed and moved on every
-            // lock operation; it runs once per connection. Still under the
-            // lock: nothing is handed to this connection before the scripts
-            // are there (see `crate::backend::redlock::wire`).
-            None => (Box::pin(self.connect()).await?, true),
-        };
-        let started = hand_to(&mut slot, live, &request).await;
-        if fresh || !started.found_closed() {
-            return Ok(started);
+        // At most twice: again only when the first found its connection
+        // closed (see above).
+        let mut again = false;
+        loop {
+            let (live, fresh) = match slot.take() {
+                Some(live) => (live, false),
+                // Boxed: connecting and loading the scripts is a large
+                // future (kilobytes) that, kept inline, would be part of
+                // every request's future, which is built, boxed and moved
+                // on every lock operation; it runs once per connection.
+                // Still under the lock: nothing is handed to this
+                // connection before the scripts are there (see
+                // `crate::backend::redlock::wire`).
+                None => (Box::pin(self.connect()).await?, true),
+            };
+            let health = Arc::clone(&live.health);
+            let mut in_flight = InFlight::new(Arc::clone(&live.health));
+            let request = request(live.conn.clone());
+            *slot = Some(live);
+            let mut reply: PendingReply<R> = Box::pin(async move {
+                let result = tokio::select! {
+                    biased;
+                    result = request => result,
+                    () = in_flight.health.retired.cancelled() => return Err(retired()),
+                };
+                in_flight.answered();
+                result
+            });
+            // The first poll hands the command to the connection's writer
+            // queue (or takes a place in its fair wait for room): this
+            // fixes its position before the next request may go.
+            // Unconstrained by Tokio's cooperative budget: with the task's
+            // budget used up, the channel send inside would answer "not
+            // yet" after taking its permit but before queueing the
+            // command, and a request let in after us could overtake it.
+            let started = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
+                Poll::Ready(result) => Started {
+                    health,
+                    reply: Ok(result),
+                },
+                Poll::Pending => Started {
+                    health,
+                    reply: Err(reply),
+                },
+            };
+            if fresh || again || !started.found_closed() {
+                return Ok(started);
+            }
+            tracing::debug!(node = ?self.target.last_address(), "connection found closed: reconnecting");
+            *slot = None;
+            again = true;
         }
-        tracing::debug!(node = ?self.target.last_address(), "connection found closed: reconnecting");
-        *slot = None;
-        let live = Box::pin(self.connect()).await?;
-        Ok(hand_to(&mut slot, live, &request).await)
     }
 
     /// Opens a connection and loads the scripts on it.
@@ -256,39 +293,6 @@ impl Conn {
         };
         settle(&started.health, result)
     }
-}
-
-/// Hands `request` to `live`'s connection (its first poll; see
-/// [`Conn::start`]) and keeps `live` in `slot` for the requests after it.
-async fn hand_to<R, F, Fut>(slot: &mut Option<Live>, live: Live, request: &F) -> Started<R>
-where
-    F: Fn(MultiplexedConnection) -> Fut,
-    Fut: Future<Output = RedisResult<R>> + Send + 'static,
-{
-    let health = Arc::clone(&live.health);
-    let mut in_flight = InFlight::new(Arc::clone(&live.health));
-    let request = request(live.conn.clone());
-    *slot = Some(live);
-    let mut reply: PendingReply<R> = Box::pin(async move {
-        let result = tokio::select! {
-            biased;
-            result = request => result,
-            () = in_flight.health.retired.cancelled() => return Err(retired()),
-        };
-        in_flight.answered();
-        result
-    });
-    // The first poll hands the command to the connection's writer queue
-    // (or takes a place in its fair wait for room): this fixes its position
-    // before the next request may go. Unconstrained by Tokio's cooperative
-    // budget: with the task's budget used up, the channel send inside would
-    // answer "not yet" after taking its permit but before queueing the
-    // command, and a request let in after us could overtake it.
-    let reply = match futures::poll!(tokio::task::unconstrained(reply.as_mut())) {
-        Poll::Ready(result) => Ok(result),
-        Poll::Pending => Err(reply),
-    };
-    Started { health, reply }
 }
 
 /// A request that sends `pipe`'s commands as one unit (see [`Conn::start`]

@@ -165,7 +165,7 @@ impl Server {
     async fn send_direct<R: Request>(&self, request: &R) -> RedisResult<(R::Reply, Acked<()>)> {
         let ack = self.mode.ack().filter(|_| request.writes_lock());
         let Some(ack) = ack else {
-            let reply = self.conn.send(request.command()).await?;
+            let reply = self.conn.send(|| request.command()).await?;
             return Ok((request.parse(reply)?, Ok(())));
         };
         let mut pipe = redis::pipe();
@@ -192,7 +192,7 @@ impl Server {
         match acked {
             Err(missing) if acquired.granted => {
                 let undo = Release::new(Arc::clone(&acquire.keys), Arc::clone(&acquire.token));
-                let undone = Box::pin(self.conn.send(undo.command())).await;
+                let undone = Box::pin(self.conn.send(|| undo.command())).await;
                 if let Err(error) = undone.and_then(|reply| undo.parse(reply)) {
                     tracing::debug!(node = self.name(), %error, "release of an unacknowledged grant failed");
                 }
@@ -230,7 +230,7 @@ impl Server {
     /// Reads the node's clock (`TIME`) for the estimate of its rate.
     pub(crate) async fn read_clock(&self) -> RedisResult<()> {
         let sent = Instant::now();
-        let reply = self.conn.send(Time.command()).await?;
+        let reply = self.conn.send(|| Time.command()).await?;
         let received = Instant::now();
         self.record_clock(sent, received, Time.parse(reply)?);
         Ok(())
