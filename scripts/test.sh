@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it (.ci/run calls this): every test runs
 # against real redis-server processes that the tests start themselves.
+# QUORUMLOCK_SIM_SEEDS=N is its long mode for the simulator: N seeds of the
+# standard scenario (and N/4 of the calm one) instead of 40 (a soak; the
+# runner, `cargo run --release -p quorumlock-sim`, is faster for many).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure-redis.sh
