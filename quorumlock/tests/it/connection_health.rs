@@ -1,6 +1,7 @@
 //! Connection health: a node connection that silently stops answering is
-//! replaced without restarting anything, a node that is merely paused keeps
-//! its connection (and so the order of its requests), and a subscriber
+//! replaced without restarting anything, one the node closed while the
+//! client sat idle costs no attempt, a node that is merely paused keeps its
+//! connection (and so the order of its requests), and a subscriber
 //! reconnects to a node that is down at a bounded pace.
 
 use std::time::Duration;
@@ -69,6 +70,41 @@ async fn lock_operations_recover_from_a_silent_connection_without_a_restart() {
     assert!(get(server, "recover").is_some(), "the lock is on the node");
     guard.release().await.unwrap();
     assert_eq!(get(server, "recover"), None, "released on the new connection");
+}
+
+/// A connection the node closed while the client sat idle (a restart, an
+/// idle `timeout`, a reset) is found closed only by the next request, which
+/// then goes again on a new connection: a client of one node gets the lock
+/// at its first attempt instead of reporting the node unreachable.
+#[tokio::test]
+async fn a_connection_closed_while_idle_costs_no_attempt() {
+    let servers = start_nodes(1);
+    let proxy = Proxy::start(servers[0].port());
+    let redlock = client_through(vec![proxy.url()]);
+    warm_up(&redlock).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let alive = metrics.num_alive_tasks();
+    let connections = proxy.connections();
+    proxy.reset();
+    // The connection's I/O task ends once it has read the reset: from then
+    // on the connection is closed, and the client does not know it yet.
+    eventually(
+        "the connection's I/O task saw the reset",
+        Duration::from_secs(5),
+        || metrics.num_alive_tasks() < alive,
+    )
+    .await;
+    let guard = redlock
+        .try_lock("closed-while-idle", Duration::from_secs(10))
+        .await
+        .expect("the node is up: its closed connection is not a failure")
+        .expect("nobody else holds the resource");
+    assert!(proxy.connections() > connections, "served by a new connection");
+    assert!(
+        get(&servers[0], "closed-while-idle").is_some(),
+        "the lock is on the node"
+    );
+    guard.release().await.unwrap();
 }
 
 /// The ids of the clients connected to `server`, but for the connection
