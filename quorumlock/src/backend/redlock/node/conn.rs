@@ -154,7 +154,12 @@ impl Conn {
     /// request goes again on a new connection, still under the lock (so in
     /// its place in the order): otherwise every client's first request
     /// after a node restart would count that node as failed, and a client
-    /// of one node would report it unreachable while it is up.
+    /// of one node would report it unreachable while it is up. (On a
+    /// multi-threaded runtime the connection's I/O task could, in the few
+    /// instructions between the hand-over and that poll, write the request
+    /// and then read the close; the commands sent here are reads and
+    /// owner-checked writes of this client's own token, which a second run
+    /// leaves as the first left them.)
     async fn start<R, F, Fut>(&self, request: F) -> RedisResult<Started<R>>
     where
         F: Fn(MultiplexedConnection) -> Fut,
