@@ -155,6 +155,8 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     if scenario.faults == FaultSet::None {
         violations.extend(nodes.leftovers());
     }
+    // A permit's key carries its semaphore's name as its hash tag.
+    let pool_tag = format!("{{{POOL}}}");
     Outcome {
         violations,
         faults: history.faults.clone(),
@@ -163,7 +165,7 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
         permits: history
             .holds
             .iter()
-            .filter(|h| h.resources.iter().any(|r| r.starts_with(&format!("{{{POOL}}}"))))
+            .filter(|h| h.resources.iter().any(|r| r.starts_with(&pool_tag)))
             .count(),
         steps: history.steps.len(),
         refused: history.refused,
