@@ -155,22 +155,27 @@ async fn simulate(seed: u64, scenario: &Scenario) -> Outcome {
     if scenario.faults == FaultSet::None {
         violations.extend(nodes.leftovers());
     }
-    // A permit's key carries its semaphore's name as its hash tag.
-    let pool_tag = format!("{{{POOL}}}");
     Outcome {
         violations,
         faults: history.faults.clone(),
         trace: trace(&history, net.trace_hash()),
         holds: history.holds.len(),
-        permits: history
-            .holds
-            .iter()
-            .filter(|h| h.resources.iter().any(|r| r.starts_with(&pool_tag)))
-            .count(),
+        permits: permits(&history),
         steps: history.steps.len(),
         refused: history.refused,
         errors: history.errors.iter().map(|(k, v)| (k.clone(), *v)).collect(),
     }
+}
+
+/// How many of the holds in `history` were permits of the pool.
+fn permits(history: &History) -> usize {
+    // A permit's key carries its semaphore's name as its hash tag.
+    let pool_tag = format!("{{{POOL}}}");
+    history
+        .holds
+        .iter()
+        .filter(|h| h.resources.iter().any(|r| r.starts_with(&pool_tag)))
+        .count()
 }
 
 /// Builds the clients and starts their workers (see [`Client`]), each

@@ -97,6 +97,29 @@ async fn a_scrape_counts_what_the_locks_did() {
         .expect("no error")
         .expect("2 of 3");
     guard.release().await.expect("released");
+    // The down node's requests may fail after the other two answered: the
+    // shutdown waits for them, and so for their errors to be counted.
+    let report = redlock.shutdown(Duration::from_secs(5)).await;
+    assert!(report.is_complete(), "{report}");
+
+    // A node that accepts connections and never answers: the other two
+    // decide every call long before it fails, so its errors are counted
+    // only by the requests no caller waits for.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let silent_name = format!("127.0.0.1:{}/0", silent.local_addr().expect("addr").port());
+    let beside_silent = Redlock::builder()
+        .nodes(server::urls(&servers))
+        .node(format!("redis://{}", silent.local_addr().expect("addr")))
+        .build()
+        .expect("client");
+    let guard = beside_silent
+        .try_lock("metrics:c", ttl)
+        .await
+        .expect("no error")
+        .expect("2 of 3");
+    guard.release().await.expect("released");
+    let report = beside_silent.shutdown(Duration::from_secs(5)).await;
+    assert!(report.is_complete(), "{report}");
 
     let text = scrape(&handle);
     let acquired = value(
@@ -111,12 +134,12 @@ async fn a_scrape_counts_what_the_locks_did() {
         &text,
         "quorumlock_acquisitions_total{call=\"lock\",outcome=\"acquired\"}",
     );
-    assert_eq!((acquired, busy_seen, locked), (2.0, 5.0, 1.0), "{text}");
+    assert_eq!((acquired, busy_seen, locked), (3.0, 5.0, 1.0), "{text}");
     let attempts = value(&text, "quorumlock_attempt_duration_seconds_count");
-    assert_eq!(attempts, 2.0 + 5.0 + f64::from(lock_attempts), "{text}");
+    assert_eq!(attempts, 3.0 + 5.0 + f64::from(lock_attempts), "{text}");
     assert_eq!(
         value(&text, "quorumlock_hold_duration_seconds_count{end=\"released\"}"),
-        3.0,
+        4.0,
         "{text}"
     );
     assert!(
@@ -129,6 +152,11 @@ async fn a_scrape_counts_what_the_locks_did() {
         &format!("quorumlock_node_errors_total{{node=\"{down_name}\""),
     );
     assert!(errors >= 1.0, "no error counted for {down_name}: {text}");
+    let silent_errors = value(
+        &text,
+        &format!("quorumlock_node_errors_total{{node=\"{silent_name}\""),
+    );
+    assert!(silent_errors >= 1.0, "no error counted for {silent_name}: {text}");
     let labels: HashMap<&str, ()> = text
         .lines()
         .filter(|line| line.starts_with("quorumlock_node_errors_total"))

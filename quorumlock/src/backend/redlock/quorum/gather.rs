@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::tally::{Tally, Until};
 use crate::backend::redlock::node::{Acked, Node};
 use crate::error::NodeErrorKind;
+use crate::metrics;
 use crate::tasks::{BackgroundWork, Tasks};
 
 /// Sends `op(i)` to every node `i` at once and feeds each node's outcome to
@@ -28,13 +29,16 @@ use crate::tasks::{BackgroundWork, Tasks};
 ///
 /// Requests still pending when this returns (stopped early, or deadline) are
 /// not dropped but handed to a background task of `tasks` that drives them
-/// until `finish_by`. Dropping them would not be neutral: the redis client skips a
+/// until `finish_by`. After an early stop, their failures, and their silence
+/// until `finish_by`, are still counted in the node-error metrics: a node
+/// that is down or black-holed fails every request, and a majority that
+/// answers first would otherwise hide it from the metrics for good. Dropping them would not be neutral: the redis client skips a
 /// request whose caller went away before it was written (e.g. while the
 /// connection was still being set up), so a lock would be set on a bare
 /// majority instead of on every node that could take it, and a release meant
 /// to follow a late SET on a slow node might never be sent.
 pub(crate) async fn gather<T, F, Fut>(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
@@ -49,7 +53,8 @@ pub(crate) async fn gather<T, F, Fut>(
     let (mut pending, first) = start((0..nodes.len()).map(|i| indexed(i, op(i))));
     let mut answered = vec![false; nodes.len()];
     let mut stopped = false;
-    for (i, outcome) in first {
+    let mut first = first.into_iter();
+    for (i, outcome) in first.by_ref() {
         answered[i] = true;
         if on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break() {
             stopped = true;
@@ -67,7 +72,10 @@ pub(crate) async fn gather<T, F, Fut>(
             },
             () = &mut timer => {
                 let budget = deadline.saturating_duration_since(started);
-                for i in (0..nodes.len()).filter(|&i| !answered[i]) {
+                for (i, answered) in answered.iter_mut().enumerate() {
+                    if std::mem::replace(answered, true) {
+                        continue;
+                    }
                     if on_reply(i, Err(NodeErrorKind::Timeout(budget))).is_break() {
                         break;
                     }
@@ -78,7 +86,23 @@ pub(crate) async fn gather<T, F, Fut>(
         answered[i] = true;
         stopped = on_reply(i, outcome.map_err(NodeErrorKind::Redis)).is_break();
     }
-    drive_leftovers(tasks, BackgroundWork::Replies, pending, finish_by);
+    if first.len() > 0 || !pending.is_empty() {
+        let mut unreported = Unreported {
+            nodes: Arc::clone(nodes),
+            answered,
+            since: started,
+        };
+        for (i, outcome) in first {
+            unreported.reply(i, outcome);
+        }
+        drive_leftovers(
+            tasks,
+            BackgroundWork::Replies,
+            pending,
+            finish_by,
+            Some(unreported),
+        );
+    }
 }
 
 /// Hands `op(i)` to every node `i` and returns without waiting for the
@@ -93,7 +117,7 @@ where
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let (pending, _) = start((0..nodes).map(|i| indexed(i, op(i))));
-    drive_leftovers(tasks, BackgroundWork::Queue, pending, finish_by);
+    drive_leftovers(tasks, BackgroundWork::Queue, pending, finish_by, None);
 }
 
 /// `request` to `node`, its outcome tagged with the node's index. Held in
@@ -132,21 +156,73 @@ fn start<G: Future>(requests: impl Iterator<Item = G>) -> (FuturesUnordered<G>, 
 }
 
 /// Drives requests still pending when their caller stopped waiting, until
-/// `finish_by` (see [`gather`]), as tracked work of kind `kind`. One timer
-/// bounds them all, not one per request: this is on every lock's path.
-fn drive_leftovers<Fut>(
+/// `finish_by` (see [`gather`]), as tracked work of kind `kind`, and counts
+/// the failures of those in `unreported`. One timer bounds them all, not one
+/// per request: this is on every lock's path.
+fn drive_leftovers<T, Fut>(
     tasks: &Arc<Tasks>,
     kind: BackgroundWork,
-    pending: FuturesUnordered<Fut>,
+    mut pending: FuturesUnordered<Fut>,
     finish_by: Instant,
+    mut unreported: Option<Unreported>,
 ) where
-    Fut: Future + Send + 'static,
-    Fut::Output: Send,
+    T: Send + 'static,
+    Fut: Future<Output = (usize, RedisResult<T>)> + Send + 'static,
 {
-    if !pending.is_empty() {
-        tasks.spawn(kind, async move {
-            let _ = tokio::time::timeout_at(finish_by, pending.for_each(|_| async {})).await;
-        });
+    if pending.is_empty() {
+        return;
+    }
+    tasks.spawn(kind, async move {
+        let replies = async {
+            while let Some((i, outcome)) = pending.next().await {
+                if let Some(unreported) = &mut unreported {
+                    unreported.reply(i, outcome);
+                }
+            }
+        };
+        if tokio::time::timeout_at(finish_by, replies).await.is_err()
+            && let Some(unreported) = unreported
+        {
+            unreported.time_out(finish_by);
+        }
+    });
+}
+
+/// The requests of a fan-out whose caller stopped waiting before they
+/// answered: what becomes of them is counted in the node-error metrics
+/// only (the caller's [`Tally`] is settled).
+struct Unreported {
+    nodes: Arc<[Node]>,
+    /// Node `i`'s outcome has been reported to the caller or counted here
+    /// (so a request the caller was told timed out is not counted again
+    /// when it fails later).
+    answered: Vec<bool>,
+    /// When the requests were sent.
+    since: Instant,
+}
+
+impl Unreported {
+    fn reply<T>(&mut self, i: usize, outcome: RedisResult<T>) {
+        if std::mem::replace(&mut self.answered[i], true) {
+            return;
+        }
+        if let Err(error) = outcome {
+            self.fail(i, &NodeErrorKind::Redis(error));
+        }
+    }
+
+    /// The requests still unanswered at `at`, given up on.
+    fn time_out(self, at: Instant) {
+        let budget = at.saturating_duration_since(self.since);
+        for i in (0..self.nodes.len()).filter(|&i| !self.answered[i]) {
+            self.fail(i, &NodeErrorKind::Timeout(budget));
+        }
+    }
+
+    fn fail(&self, i: usize, kind: &NodeErrorKind) {
+        let node = self.nodes[i].name();
+        tracing::debug!(node, error = ?kind, "node failed after its caller stopped waiting");
+        metrics::node_error(node, kind);
     }
 }
 
@@ -172,7 +248,7 @@ impl Answer for Acked<bool> {
 /// [`gather`] for yes/no operations (acquire, extend, release), counted into
 /// a [`Tally`], until the point `until` names.
 pub(crate) async fn fan_out<A, F, Fut>(
-    nodes: &[Node],
+    nodes: &Arc<[Node]>,
     tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
