@@ -14,7 +14,7 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisResult, ServerErrorKind, 
 use tokio::sync::Mutex;
 use tokio_util::task::AbortOnDropHandle;
 
-use super::health::{Health, InFlight};
+use super::health::{Health, InFlight, Watched};
 use super::target::Target;
 use crate::backend::redlock::wire::{self, wrong_reply_count};
 use crate::config::STALL_FLOOR;
@@ -194,18 +194,12 @@ impl Conn {
                 None => (Box::pin(self.connect()).await?, true),
             };
             let health = Arc::clone(&live.health);
-            let mut in_flight = InFlight::new(Arc::clone(&live.health));
-            let request = request(live.conn.clone());
+            let in_flight = InFlight::new(Arc::clone(&live.health));
+            let conn = live.conn.clone();
             *slot = Some(live);
-            let mut reply: PendingReply<R> = Box::pin(async move {
-                let result = tokio::select! {
-                    biased;
-                    result = request => result,
-                    () = in_flight.health.retired.cancelled() => return Err(retired()),
-                };
-                in_flight.answered();
-                result
-            });
+            // Built in place: a request's future is large (the redis
+            // crate's send is over a kilobyte), and each move copies it.
+            let mut reply: PendingReply<R> = Box::pin(Watched::new(request(conn), in_flight));
             // The first poll hands the command to the connection's writer
             // queue (or takes a place in its fair wait for room): this
             // fixes its position before the next request may go.
@@ -342,16 +336,6 @@ fn settle<R: Reply>(health: &Health, result: RedisResult<R>) -> RedisResult<R> {
         health.broken.store(true, Ordering::Release);
     }
     result
-}
-
-/// The error of a request whose connection was retired before it answered
-/// (see [`Conn::replace_if_silent`]): whether it ran is unknown.
-fn retired() -> redis::RedisError {
-    redis::RedisError::from((
-        redis::ErrorKind::Io,
-        "connection retired",
-        "it answered nothing while a new connection to the node did".to_owned(),
-    ))
 }
 
 /// A reply as [`settle`] checks it.

@@ -1,12 +1,17 @@
 //! Whether a node's request connection still answers: requests waiting,
-//! and when it last showed progress (see `Conn::stall_limit`).
+//! and when it last showed progress (see `Conn::stall_limit`), and each
+//! request watched until its reply or the connection's retirement.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
+use redis::RedisResult;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 /// Whether a connection still answers: what [`Conn::stall_limit`](super::conn::Conn::stall_limit) is
 /// measured on.
@@ -110,6 +115,65 @@ impl Drop for InFlight {
             self.health.restart();
         }
     }
+}
+
+pin_project_lite::pin_project! {
+    /// A request handed to a connection, until its reply or the
+    /// connection's retirement (see [`Conn::replace_if_silent`](super::conn::Conn::replace_if_silent)),
+    /// whichever comes first, the reply preferred; counted in
+    /// [`Health::outstanding`] until then.
+    ///
+    /// A future of its own rather than an `async` block selecting between
+    /// the two: such a block stores the request twice (as what it captured
+    /// and as what it awaits), and every request's reply is allocated and
+    /// moved once on every lock's path.
+    pub(super) struct Watched<F> {
+        #[pin]
+        request: F,
+        #[pin]
+        retired: WaitForCancellationFutureOwned,
+        in_flight: InFlight,
+    }
+}
+
+impl<F> Watched<F> {
+    pub(super) fn new(request: F, in_flight: InFlight) -> Self {
+        Watched {
+            request,
+            retired: in_flight.health.retired.clone().cancelled_owned(),
+            in_flight,
+        }
+    }
+}
+
+impl<F, R> Future for Watched<F>
+where
+    F: Future<Output = RedisResult<R>>,
+{
+    type Output = RedisResult<R>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        if let Poll::Ready(result) = this.request.poll(cx) {
+            this.in_flight.answered();
+            return Poll::Ready(result);
+        }
+        match this.retired.poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(retired())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// The error of a request whose connection was retired before it answered
+/// (see [`Conn::replace_if_silent`](super::conn::Conn::replace_if_silent)):
+/// whether it ran is unknown.
+fn retired() -> redis::RedisError {
+    redis::RedisError::from((
+        redis::ErrorKind::Io,
+        "connection retired",
+        "it answered nothing while a new connection to the node did".to_owned(),
+    ))
 }
 
 #[cfg(test)]

@@ -49,6 +49,9 @@ pub(crate) async fn gather<T, F, Fut>(
     F: FnMut(usize) -> Fut,
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
+    if nodes.len() == 1 {
+        return gather_one(nodes, tasks, deadline, finish_by, op(0), on_reply).await;
+    }
     let started = Instant::now();
     let (mut pending, first) = start((0..nodes.len()).map(|i| indexed(i, op(i))));
     let mut answered = vec![false; nodes.len()];
@@ -102,6 +105,52 @@ pub(crate) async fn gather<T, F, Fut>(
             finish_by,
             Some(unreported),
         );
+    }
+}
+
+/// [`gather`] for a client of one node: the same steps (the request handed
+/// over by its first poll, its outcome reported until `deadline`, then
+/// driven in the background until `finish_by`) without the set a fan-out
+/// keeps its requests in.
+async fn gather_one<T, Fut>(
+    nodes: &Arc<[Node]>,
+    tasks: &Arc<Tasks>,
+    deadline: Instant,
+    finish_by: Instant,
+    request: Fut,
+    mut on_reply: impl FnMut(usize, Result<T, NodeErrorKind>) -> ControlFlow<()>,
+) where
+    T: Send + 'static,
+    Fut: Future<Output = RedisResult<T>> + Send + 'static,
+{
+    let started = Instant::now();
+    // Boxed so that it can move to the background if the deadline passes.
+    let mut request = Box::pin(request);
+    let outcome = match futures::poll!(request.as_mut()) {
+        Poll::Ready(outcome) => Ok(outcome),
+        Poll::Pending => tokio::time::timeout_at(deadline, request.as_mut()).await,
+    };
+    match outcome {
+        Ok(outcome) => {
+            let _ = on_reply(0, outcome.map_err(NodeErrorKind::Redis));
+        }
+        Err(_) => {
+            let budget = deadline.saturating_duration_since(started);
+            let _ = on_reply(0, Err(NodeErrorKind::Timeout(budget)));
+            let pending: FuturesUnordered<_> = std::iter::once(indexed(0, request)).collect();
+            let unreported = Unreported {
+                nodes: Arc::clone(nodes),
+                answered: vec![true],
+                since: started,
+            };
+            drive_leftovers(
+                tasks,
+                BackgroundWork::Replies,
+                pending,
+                finish_by,
+                Some(unreported),
+            );
+        }
     }
 }
 
@@ -284,6 +333,7 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Wake;
+    use std::time::Duration;
 
     use super::*;
 
@@ -338,6 +388,65 @@ mod tests {
             0,
             "the caller was woken with nothing to do"
         );
+    }
+
+    /// Nodes that nothing listens on: `gather` needs them only for names.
+    fn nodes(n: usize) -> Arc<[Node]> {
+        let settings = crate::backend::redlock::node::Settings {
+            connect_timeout: Duration::from_secs(1),
+            tasks: Arc::default(),
+            batching: false,
+            replica_ack: None,
+            #[cfg(feature = "sim")]
+            dialer: None,
+        };
+        (0..n)
+            .map(|_| Node::open("redis://127.0.0.1:1/", &settings).expect("a valid URL"))
+            .collect()
+    }
+
+    /// With one node (its own path) as with several: a reply that comes
+    /// after the deadline is reported as a timeout, and its request is
+    /// still driven to its end, in the background (see `gather`).
+    #[tokio::test(start_paused = true)]
+    async fn a_request_past_its_deadline_times_out_and_still_runs_to_its_end() {
+        const LATE: Duration = Duration::from_millis(200);
+        for n in [1, 3] {
+            let (nodes, tasks) = (nodes(n), Arc::new(Tasks::default()));
+            let ended = Arc::new(AtomicUsize::new(0));
+            let start = Instant::now();
+            let (deadline, finish_by) = (start + LATE / 2, start + LATE * 2);
+            let mut reported = Vec::new();
+            gather(
+                &nodes,
+                &tasks,
+                deadline,
+                finish_by,
+                |i| {
+                    let ended = Arc::clone(&ended);
+                    async move {
+                        tokio::time::sleep(LATE).await;
+                        ended.fetch_add(1, Ordering::Relaxed);
+                        Ok(i)
+                    }
+                },
+                |i, outcome| {
+                    reported.push((i, matches!(outcome, Err(NodeErrorKind::Timeout(_)))));
+                    ControlFlow::Continue(())
+                },
+            )
+            .await;
+            assert_eq!(Instant::now(), deadline, "{n} nodes");
+            assert_eq!(reported, (0..n).map(|i| (i, true)).collect::<Vec<_>>());
+            assert_eq!(ended.load(Ordering::Relaxed), 0);
+            tokio::time::sleep_until(start + LATE).await;
+            tokio::task::yield_now().await;
+            assert_eq!(
+                ended.load(Ordering::Relaxed),
+                n,
+                "{n} nodes: not driven to the end"
+            );
+        }
     }
 
     #[test]
