@@ -50,7 +50,7 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     if nodes.len() == 1 {
-        return gather_one(nodes, tasks, deadline, finish_by, op(0), on_reply).await;
+        return gather_one(tasks, deadline, finish_by, op(0), on_reply).await;
     }
     let started = Instant::now();
     let (mut pending, first) = start((0..nodes.len()).map(|i| indexed(i, op(i))));
@@ -113,7 +113,6 @@ pub(crate) async fn gather<T, F, Fut>(
 /// driven in the background until `finish_by`) without the set a fan-out
 /// keeps its requests in.
 async fn gather_one<T, Fut>(
-    nodes: &Arc<[Node]>,
     tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
@@ -137,19 +136,9 @@ async fn gather_one<T, Fut>(
         Err(_) => {
             let budget = deadline.saturating_duration_since(started);
             let _ = on_reply(0, Err(NodeErrorKind::Timeout(budget)));
+            // Reported as timed out: nothing more to count.
             let pending: FuturesUnordered<_> = std::iter::once(indexed(0, request)).collect();
-            let unreported = Unreported {
-                nodes: Arc::clone(nodes),
-                answered: vec![true],
-                since: started,
-            };
-            drive_leftovers(
-                tasks,
-                BackgroundWork::Replies,
-                pending,
-                finish_by,
-                Some(unreported),
-            );
+            drive_leftovers(tasks, BackgroundWork::Replies, pending, finish_by, None);
         }
     }
 }
