@@ -3,16 +3,18 @@
 //! The library records; the application chooses where the figures go by
 //! installing a recorder (`metrics-exporter-prometheus`, a StatsD or an
 //! OpenTelemetry bridge). Without one, every record is a call into the
-//! facade's no-op recorder: no allocation on the paths a lock takes (the
-//! names and labels there are static strings), measured in
-//! docs/benchmarks.md.
+//! facade's no-op recorder: no allocation on the paths a lock takes (their
+//! keys are built once, see [`Keys`]), measured in docs/benchmarks.md.
 //!
 //! Names follow the Prometheus conventions (`_total` for counters,
 //! `_seconds` for times), and every label takes a bounded set of values:
 //! never a resource name or a token. docs/operations.md (Monitoring) has the
 //! table of names, labels and units; a test holds it against this file.
 
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use ::metrics::{Key, Label, Level, Metadata};
 
 use crate::error::{Error, NodeErrorKind};
 
@@ -55,6 +57,8 @@ pub(crate) enum Call {
 }
 
 impl Call {
+    const ALL: [Call; 2] = [Call::TryLock, Call::Lock];
+
     pub(crate) fn label(self) -> &'static str {
         match self {
             Call::TryLock => "try_lock",
@@ -63,29 +67,33 @@ impl Call {
     }
 }
 
+/// The values of the `outcome` label of a lock call or an attempt, in the
+/// order of [`outcome_index`].
+const OUTCOMES: [&str; 7] = [
+    "acquired",
+    "busy",
+    "unreachable",
+    "validity_used_up",
+    "config",
+    "closed",
+    "other",
+];
+
 /// The `outcome` label of a lock call's or an attempt's result.
 pub(crate) fn outcome<T>(result: &Result<T, Error>) -> &'static str {
+    OUTCOMES[outcome_index(result)]
+}
+
+fn outcome_index<T>(result: &Result<T, Error>) -> usize {
     match result {
-        Ok(_) => "acquired",
-        Err(Error::Held { .. }) => "busy",
-        Err(Error::Unreachable { .. }) => "unreachable",
-        Err(Error::ValidityUsedUp { .. }) => "validity_used_up",
-        Err(Error::Config(_)) => "config",
-        Err(Error::Closed) => "closed",
-        Err(_) => "other",
+        Ok(_) => 0,
+        Err(Error::Held { .. }) => 1,
+        Err(Error::Unreachable { .. }) => 2,
+        Err(Error::ValidityUsedUp { .. }) => 3,
+        Err(Error::Config(_)) => 4,
+        Err(Error::Closed) => 5,
+        Err(_) => 6,
     }
-}
-
-/// Records the end of a lock call that began `took` ago.
-pub(crate) fn lock_call<T>(call: Call, took: Duration, result: &Result<T, Error>) {
-    let labels = [("call", call.label()), ("outcome", outcome(result))];
-    ::metrics::counter!(ACQUISITIONS, &labels).increment(1);
-    ::metrics::histogram!(WAIT_SECONDS, &labels).record(took);
-}
-
-/// Records one acquisition attempt that took `took`.
-pub(crate) fn attempt<T>(took: Duration, result: &Result<T, Error>) {
-    ::metrics::histogram!(ATTEMPT_SECONDS, "outcome" => outcome(result)).record(took);
 }
 
 /// How a hold ended, for [`HOLD_SECONDS`].
@@ -97,13 +105,96 @@ pub(crate) enum HoldEnd {
     Lost,
 }
 
+impl HoldEnd {
+    const ALL: [HoldEnd; 2] = [HoldEnd::Released, HoldEnd::Lost];
+
+    fn label(self) -> &'static str {
+        match self {
+            HoldEnd::Released => "released",
+            HoldEnd::Lost => "lost",
+        }
+    }
+}
+
+/// The keys of the records every lock makes, one per combination of label
+/// values, built on first use. The facade's macros build a key whose label
+/// values are chosen at run time (into a new allocation, then hashed) on
+/// every record, recorder or not; these records are on every lock's path.
+struct Keys {
+    /// [`ACQUISITIONS`] and [`WAIT_SECONDS`], by call and outcome.
+    calls: Vec<(Key, Key)>,
+    /// [`ATTEMPT_SECONDS`] by outcome.
+    attempts: Vec<Key>,
+    /// [`HOLD_SECONDS`] by end.
+    holds: Vec<Key>,
+}
+
+impl Keys {
+    fn get() -> &'static Keys {
+        static KEYS: OnceLock<Keys> = OnceLock::new();
+        KEYS.get_or_init(|| {
+            let calls = Call::ALL
+                .iter()
+                .flat_map(|call| {
+                    OUTCOMES.iter().map(move |outcome| {
+                        let labels = || {
+                            vec![
+                                Label::from_static_parts("call", call.label()),
+                                Label::from_static_parts("outcome", outcome),
+                            ]
+                        };
+                        (
+                            Key::from_parts(ACQUISITIONS, labels()),
+                            Key::from_parts(WAIT_SECONDS, labels()),
+                        )
+                    })
+                })
+                .collect();
+            let attempts = OUTCOMES
+                .iter()
+                .map(|outcome| {
+                    Key::from_parts(
+                        ATTEMPT_SECONDS,
+                        vec![Label::from_static_parts("outcome", outcome)],
+                    )
+                })
+                .collect();
+            let holds = HoldEnd::ALL
+                .iter()
+                .map(|end| Key::from_parts(HOLD_SECONDS, vec![Label::from_static_parts("end", end.label())]))
+                .collect();
+            Keys {
+                calls,
+                attempts,
+                holds,
+            }
+        })
+    }
+}
+
+/// The metadata of the records made with [`Keys`] (the macros give the
+/// others the same).
+static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+/// Records the end of a lock call that began `took` ago.
+pub(crate) fn lock_call<T>(call: Call, took: Duration, result: &Result<T, Error>) {
+    let (calls, waits) = &Keys::get().calls[call as usize * OUTCOMES.len() + outcome_index(result)];
+    ::metrics::with_recorder(|recorder| {
+        recorder.register_counter(calls, &METADATA).increment(1);
+        recorder.register_histogram(waits, &METADATA).record(took);
+    });
+}
+
+/// Records one acquisition attempt that took `took`.
+pub(crate) fn attempt<T>(took: Duration, result: &Result<T, Error>) {
+    let key = &Keys::get().attempts[outcome_index(result)];
+    ::metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA).record(took));
+}
+
 /// Records a hold of `held` that ended as `end`.
 pub(crate) fn hold(held: Duration, end: HoldEnd) {
-    let end = match end {
-        HoldEnd::Released => "released",
-        HoldEnd::Lost => "lost",
-    };
-    ::metrics::histogram!(HOLD_SECONDS, "end" => end).record(held);
+    let key = &Keys::get().holds[end as usize];
+    ::metrics::with_recorder(|recorder| recorder.register_histogram(key, &METADATA).record(held));
 }
 
 /// Records a renewal of one lock: confirmed by a majority, or not (the
@@ -165,6 +256,34 @@ pub(crate) fn batch(requests: usize, waited: Duration, in_flight: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Each key built once is the one for the labels it is recorded under.
+    #[test]
+    fn the_keys_built_once_carry_their_labels() {
+        let labels = |key: &Key| {
+            key.labels()
+                .map(|l| (l.key().to_owned(), l.value().to_owned()))
+                .collect::<Vec<_>>()
+        };
+        let pair = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let keys = Keys::get();
+        let busy: Result<(), Error> = Err(Error::Held {
+            refused: 1,
+            nodes: 1,
+            errors: Vec::new(),
+        });
+        for call in Call::ALL {
+            let (calls, waits) = &keys.calls[call as usize * OUTCOMES.len() + outcome_index(&busy)];
+            let expected = vec![pair("call", call.label()), pair("outcome", "busy")];
+            assert_eq!((calls.name(), labels(calls)), (ACQUISITIONS, expected.clone()));
+            assert_eq!((waits.name(), labels(waits)), (WAIT_SECONDS, expected));
+        }
+        let attempt = &keys.attempts[outcome_index(&Ok::<(), Error>(()))];
+        assert_eq!(labels(attempt), [pair("outcome", "acquired")]);
+        for end in HoldEnd::ALL {
+            assert_eq!(labels(&keys.holds[end as usize]), [pair("end", end.label())]);
+        }
+    }
 
     /// docs/operations.md lists every metric, and only those.
     #[test]
