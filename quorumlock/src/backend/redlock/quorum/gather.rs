@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -50,7 +51,9 @@ pub(crate) async fn gather<T, F, Fut>(
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     if nodes.len() == 1 {
-        return gather_one(tasks, deadline, finish_by, op(0), on_reply).await;
+        // Boxed here, not inside: an argument is kept in the callee's
+        // future as it is, and would make every fan-out's future larger.
+        return gather_one(tasks, deadline, finish_by, Box::pin(op(0)), on_reply).await;
     }
     let started = Instant::now();
     let (mut pending, first) = start((0..nodes.len()).map(|i| indexed(i, op(i))));
@@ -116,15 +119,14 @@ async fn gather_one<T, Fut>(
     tasks: &Arc<Tasks>,
     deadline: Instant,
     finish_by: Instant,
-    request: Fut,
+    // Boxed so that it can move to the background if the deadline passes.
+    mut request: Pin<Box<Fut>>,
     mut on_reply: impl FnMut(usize, Result<T, NodeErrorKind>) -> ControlFlow<()>,
 ) where
     T: Send + 'static,
     Fut: Future<Output = RedisResult<T>> + Send + 'static,
 {
     let started = Instant::now();
-    // Boxed so that it can move to the background if the deadline passes.
-    let mut request = Box::pin(request);
     let outcome = match futures::poll!(request.as_mut()) {
         Poll::Ready(outcome) => Ok(outcome),
         Poll::Pending => tokio::time::timeout_at(deadline, request.as_mut()).await,
