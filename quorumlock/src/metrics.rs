@@ -170,6 +170,12 @@ impl Keys {
             }
         })
     }
+
+    /// The [`ACQUISITIONS`] and [`WAIT_SECONDS`] keys of `call` with the
+    /// outcome of `result`.
+    fn call<T>(&self, call: Call, result: &Result<T, Error>) -> &(Key, Key) {
+        &self.calls[call as usize * OUTCOMES.len() + outcome_index(result)]
+    }
 }
 
 /// The metadata of the records made with [`Keys`] (the macros give the
@@ -178,7 +184,7 @@ static METADATA: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, 
 
 /// Records the end of a lock call that began `took` ago.
 pub(crate) fn lock_call<T>(call: Call, took: Duration, result: &Result<T, Error>) {
-    let (calls, waits) = &Keys::get().calls[call as usize * OUTCOMES.len() + outcome_index(result)];
+    let (calls, waits) = Keys::get().call(call, result);
     ::metrics::with_recorder(|recorder| {
         recorder.register_counter(calls, &METADATA).increment(1);
         recorder.register_histogram(waits, &METADATA).record(took);
@@ -273,7 +279,7 @@ mod tests {
             errors: Vec::new(),
         });
         for call in Call::ALL {
-            let (calls, waits) = &keys.calls[call as usize * OUTCOMES.len() + outcome_index(&busy)];
+            let (calls, waits) = keys.call(call, &busy);
             let expected = vec![pair("call", call.label()), pair("outcome", "busy")];
             assert_eq!((calls.name(), labels(calls)), (ACQUISITIONS, expected.clone()));
             assert_eq!((waits.name(), labels(waits)), (WAIT_SECONDS, expected));

@@ -30,14 +30,15 @@ use crate::tasks::{BackgroundWork, Tasks};
 ///
 /// Requests still pending when this returns (stopped early, or deadline) are
 /// not dropped but handed to a background task of `tasks` that drives them
-/// until `finish_by`. After an early stop, their failures, and their silence
-/// until `finish_by`, are still counted in the node-error metrics: a node
-/// that is down or black-holed fails every request, and a majority that
-/// answers first would otherwise hide it from the metrics for good. Dropping them would not be neutral: the redis client skips a
-/// request whose caller went away before it was written (e.g. while the
-/// connection was still being set up), so a lock would be set on a bare
+/// until `finish_by`. Dropping them would not be neutral: the redis client
+/// skips a request whose caller went away before it was written (e.g. while
+/// the connection was still being set up), so a lock would be set on a bare
 /// majority instead of on every node that could take it, and a release meant
-/// to follow a late SET on a slow node might never be sent.
+/// to follow a late SET on a slow node might never be sent. After an early
+/// stop, their failures, and their silence until `finish_by`, are still
+/// counted in the node-error metrics: a node that is down or black-holed
+/// fails every request, and a majority that answers first would otherwise
+/// hide it from the metrics for good.
 pub(crate) async fn gather<T, F, Fut>(
     nodes: &Arc<[Node]>,
     tasks: &Arc<Tasks>,
