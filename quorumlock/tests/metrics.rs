@@ -25,6 +25,20 @@ fn scrape(handle: &PrometheusHandle) -> String {
     handle.render()
 }
 
+/// Takes `resource` on 2 of `redlock`'s 3 nodes, releases it and shuts the
+/// client down: the shutdown waits for the requests no caller waited for,
+/// and so for their errors to be counted before the scrape.
+async fn lock_release_and_shut_down(redlock: &Redlock, resource: &str, ttl: Duration) {
+    let guard = redlock
+        .try_lock(resource, ttl)
+        .await
+        .expect("no error")
+        .expect("2 of 3");
+    guard.release().await.expect("released");
+    let report = redlock.shutdown(Duration::from_secs(5)).await;
+    assert!(report.is_complete(), "{report}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scrape_counts_what_the_locks_did() {
     let handle = PrometheusBuilder::new()
@@ -91,16 +105,8 @@ async fn a_scrape_counts_what_the_locks_did() {
     let down = servers.pop().expect("a server");
     let down_name = format!("127.0.0.1:{}/0", down.port());
     drop(down);
-    let guard = redlock
-        .try_lock("metrics:b", ttl)
-        .await
-        .expect("no error")
-        .expect("2 of 3");
-    guard.release().await.expect("released");
-    // The down node's requests may fail after the other two answered: the
-    // shutdown waits for them, and so for their errors to be counted.
-    let report = redlock.shutdown(Duration::from_secs(5)).await;
-    assert!(report.is_complete(), "{report}");
+    // The down node's requests may fail after the other two answered.
+    lock_release_and_shut_down(&redlock, "metrics:b", ttl).await;
 
     // A node that accepts connections and never answers: the other two
     // decide every call long before it fails, so its errors are counted
@@ -112,14 +118,7 @@ async fn a_scrape_counts_what_the_locks_did() {
         .node(format!("redis://{}", silent.local_addr().expect("addr")))
         .build()
         .expect("client");
-    let guard = beside_silent
-        .try_lock("metrics:c", ttl)
-        .await
-        .expect("no error")
-        .expect("2 of 3");
-    guard.release().await.expect("released");
-    let report = beside_silent.shutdown(Duration::from_secs(5)).await;
-    assert!(report.is_complete(), "{report}");
+    lock_release_and_shut_down(&beside_silent, "metrics:c", ttl).await;
 
     let text = scrape(&handle);
     let acquired = value(
