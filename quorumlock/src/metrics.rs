@@ -121,60 +121,52 @@ impl HoldEnd {
 /// values are chosen at run time (into a new allocation, then hashed) on
 /// every record, recorder or not; these records are on every lock's path.
 struct Keys {
-    /// [`ACQUISITIONS`] and [`WAIT_SECONDS`], by call and outcome.
-    calls: Vec<(Key, Key)>,
+    /// [`ACQUISITIONS`] and [`WAIT_SECONDS`], by call, then by outcome.
+    calls: [[(Key, Key); OUTCOMES.len()]; Call::ALL.len()],
     /// [`ATTEMPT_SECONDS`] by outcome.
-    attempts: Vec<Key>,
+    attempts: [Key; OUTCOMES.len()],
     /// [`HOLD_SECONDS`] by end.
-    holds: Vec<Key>,
+    holds: [Key; HoldEnd::ALL.len()],
 }
 
 impl Keys {
     fn get() -> &'static Keys {
         static KEYS: OnceLock<Keys> = OnceLock::new();
-        KEYS.get_or_init(|| {
-            let calls = Call::ALL
-                .iter()
-                .flat_map(|call| {
-                    OUTCOMES.iter().map(move |outcome| {
-                        let labels = || {
-                            vec![
-                                Label::from_static_parts("call", call.label()),
-                                Label::from_static_parts("outcome", outcome),
-                            ]
-                        };
-                        (
-                            Key::from_parts(ACQUISITIONS, labels()),
-                            Key::from_parts(WAIT_SECONDS, labels()),
-                        )
-                    })
-                })
-                .collect();
-            let attempts = OUTCOMES
-                .iter()
-                .map(|outcome| {
-                    Key::from_parts(
-                        ATTEMPT_SECONDS,
-                        vec![Label::from_static_parts("outcome", outcome)],
+        KEYS.get_or_init(|| Keys {
+            calls: std::array::from_fn(|call| {
+                let call = Call::ALL[call].label();
+                std::array::from_fn(|outcome| {
+                    let labels = || {
+                        vec![
+                            Label::from_static_parts("call", call),
+                            Label::from_static_parts("outcome", OUTCOMES[outcome]),
+                        ]
+                    };
+                    (
+                        Key::from_parts(ACQUISITIONS, labels()),
+                        Key::from_parts(WAIT_SECONDS, labels()),
                     )
                 })
-                .collect();
-            let holds = HoldEnd::ALL
-                .iter()
-                .map(|end| Key::from_parts(HOLD_SECONDS, vec![Label::from_static_parts("end", end.label())]))
-                .collect();
-            Keys {
-                calls,
-                attempts,
-                holds,
-            }
+            }),
+            attempts: std::array::from_fn(|outcome| {
+                Key::from_parts(
+                    ATTEMPT_SECONDS,
+                    vec![Label::from_static_parts("outcome", OUTCOMES[outcome])],
+                )
+            }),
+            holds: std::array::from_fn(|end| {
+                Key::from_parts(
+                    HOLD_SECONDS,
+                    vec![Label::from_static_parts("end", HoldEnd::ALL[end].label())],
+                )
+            }),
         })
     }
 
     /// The [`ACQUISITIONS`] and [`WAIT_SECONDS`] keys of `call` with the
     /// outcome of `result`.
     fn call<T>(&self, call: Call, result: &Result<T, Error>) -> &(Key, Key) {
-        &self.calls[call as usize * OUTCOMES.len() + outcome_index(result)]
+        &self.calls[call as usize][outcome_index(result)]
     }
 }
 
